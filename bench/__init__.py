@@ -1,0 +1,1 @@
+"""Benchmarks: scenarios, load generation, reports."""

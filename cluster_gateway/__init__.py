@@ -1,0 +1,1 @@
+"""Tier 1: the GPU-aware cluster gateway (discovery → metrics → scheduling → proxy)."""

@@ -1,0 +1,1 @@
+"""Pieces shared by both tiers and the simulator; imports neither tier."""

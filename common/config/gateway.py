@@ -1,0 +1,151 @@
+"""Schema of a cluster gateway's config file, identical to the `FleetgateGateway` CRD's `spec`.
+
+YAML keys are camelCase (Kubernetes convention); Python attributes are snake_case.
+Defaults follow the Gateway API Inference Extension reference values where one exists.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta, Struct
+
+Port = Annotated[int, Meta(ge=1, le=65535)]
+PositiveFloat = Annotated[float, Meta(gt=0)]
+NonNegFloat = Annotated[float, Meta(ge=0)]
+Fraction = Annotated[float, Meta(ge=0, le=1)]
+Engine = Literal["auto", "vllm", "sglang", "tgi"]
+
+
+class _Base(Struct, rename="camel", forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
+    pass
+
+
+class StaticEndpoint(_Base, kw_only=True):
+    """One pod by URL, optionally with its engine and labels (e.g. for heterogeneous static pools)."""
+
+    url: str
+    engine: Engine = "auto"
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class StaticDiscovery(_Base, kw_only=True):
+    endpoints: list[StaticEndpoint | str] = msgspec.field(default_factory=list)
+
+
+class LabelSelector(_Base, kw_only=True):
+    match_labels: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class KubernetesDiscovery(_Base, kw_only=True):
+    """Pods come from an upstream InferencePool (by name) or from this selector."""
+
+    namespace: str = "default"
+    inference_pool: str | None = None
+    selector: LabelSelector | None = None
+    target_port: Port = 8000
+    kubeconfig: str | None = None  # None: in-cluster config, else this file
+
+
+class Discovery(_Base, kw_only=True):
+    static: StaticDiscovery | None = None
+    kubernetes: KubernetesDiscovery | None = None
+
+    def __post_init__(self) -> None:
+        if (self.static is None) == (self.kubernetes is None):
+            raise ValueError("exactly one of `static` or `kubernetes` must be set")
+
+
+class Scrape(_Base, kw_only=True):
+    interval_ms: Annotated[int, Meta(ge=10, le=60_000)] = 100
+    timeout_ms: Annotated[int, Meta(ge=10, le=60_000)] = 500
+    stale_after_misses: Annotated[int, Meta(ge=1, le=100)] = 3
+    max_staleness_ms: Annotated[int, Meta(ge=10)] = 1000
+    max_concurrency: Annotated[int, Meta(ge=1, le=10_000)] = 64
+    models_refresh_s: Annotated[float, Meta(gt=0)] = 5.0
+    engine: Engine = "auto"
+
+
+class Saturation(_Base, kw_only=True):
+    """A pod is saturated at or above either threshold (reference: queue 5, KV 0.8)."""
+
+    queue_depth: Annotated[int, Meta(ge=1)] = 5
+    kv_usage: Fraction = 0.8
+
+
+class Profile(_Base, kw_only=True):
+    """A named weight set: scorer name → weight. Unknown scorer names are rejected at startup."""
+
+    weights: dict[str, NonNegFloat] = msgspec.field(default_factory=dict)
+    saturation: Saturation = msgspec.field(default_factory=Saturation)
+    filters: list[str] | None = None  # None: the default filter chain
+
+
+class PrefixCache(_Base, kw_only=True):
+    block_chars: Annotated[int, Meta(ge=4)] = 64  # 16 tokens x ~4 chars
+    max_blocks_per_pod: Annotated[int, Meta(ge=1)] = 50_000
+    max_prefix_blocks: Annotated[int, Meta(ge=1)] = 256
+
+
+class Scheduling(_Base, kw_only=True):
+    default_profile: str = "latency"
+    profiles: dict[str, Profile] = msgspec.field(default_factory=dict)
+    model_profiles: dict[str, str] = msgspec.field(default_factory=dict)
+    prefix_cache: PrefixCache = msgspec.field(default_factory=PrefixCache)
+
+
+class Admission(_Base, kw_only=True):
+    """Requests wait in the gateway when every pod is saturated, then are shed with 429."""
+
+    queue_size: Annotated[int, Meta(ge=0)] = 1024
+    queue_timeout_ms: Annotated[int, Meta(ge=0)] = 10_000
+
+
+class Proxy(_Base, kw_only=True):
+    max_body_bytes: Annotated[int, Meta(ge=1024)] = 8 * 1024 * 1024
+    connect_timeout_s: PositiveFloat = 2.0
+    read_timeout_s: PositiveFloat = 600.0
+    max_attempts: Annotated[int, Meta(ge=1, le=10)] = 3
+    max_connections: Annotated[int, Meta(ge=1)] = 4096
+
+
+class ExtProc(_Base, kw_only=True):
+    enabled: bool = False
+    port: Port = 9002
+    fallback_endpoints: Annotated[int, Meta(ge=0, le=8)] = 2  # extra ip:port entries after the pick
+
+
+class GlobalRouterLink(_Base, kw_only=True):
+    """Where this cluster's agent streams capacity reports (Tier 2)."""
+
+    address: str  # host:port of the global router's gRPC CapacityService
+    token_env: str = "FLEETGATE_AGENT_TOKEN"
+    token_file: str | None = None
+    report_interval_ms: Annotated[int, Meta(ge=50)] = 1000
+    tls: bool = False
+    ca_file: str | None = None
+
+
+class CapacityInfo(_Base, kw_only=True):
+    cost_per_gpu_hour: NonNegFloat = 2.5
+    capacity_type: Literal["on-demand", "spot"] = "on-demand"
+    draining: bool = False
+    gpus_per_pod: Annotated[int, Meta(ge=1)] = 1
+
+
+class GatewaySpec(_Base, kw_only=True):
+    cluster_id: str = "local"
+    region: str = "local"
+    zone: str = ""
+    host: str = "127.0.0.1"
+    port: Port = 8080
+    public_url: str | None = None  # how Tier 2 reaches this gateway; default http://host:port
+    discovery: Discovery
+    scrape: Scrape = msgspec.field(default_factory=Scrape)
+    scheduling: Scheduling = msgspec.field(default_factory=Scheduling)
+    admission: Admission = msgspec.field(default_factory=Admission)
+    proxy: Proxy = msgspec.field(default_factory=Proxy)
+    ext_proc: ExtProc = msgspec.field(default_factory=ExtProc)
+    global_router: GlobalRouterLink | None = None
+    capacity: CapacityInfo = msgspec.field(default_factory=CapacityInfo)

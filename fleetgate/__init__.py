@@ -1,0 +1,1 @@
+"""The `fleetgate` command: the composition root that may import every tier."""

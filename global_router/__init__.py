@@ -1,0 +1,1 @@
+"""Tier 2: the global router (reports → fleet view → selection → forwarding)."""

@@ -149,3 +149,13 @@ class GatewaySpec(_Base, kw_only=True):
     ext_proc: ExtProc = msgspec.field(default_factory=ExtProc)
     global_router: GlobalRouterLink | None = None
     capacity: CapacityInfo = msgspec.field(default_factory=CapacityInfo)
+
+
+# The CRD whose `spec` is GatewaySpec (deploy/ renders it from this schema).
+CRD_GROUP = "fleetgate.io"
+CRD_VERSION = "v1alpha1"
+CRD_KIND = "FleetgateGateway"
+CRD_PLURAL = "fleetgategateways"
+INFERENCE_POOL_GROUP = "inference.networking.k8s.io"
+INFERENCE_POOL_VERSION = "v1"
+INFERENCE_POOL_PLURAL = "inferencepools"

@@ -108,6 +108,7 @@ class Proxy(_Base, kw_only=True):
     read_timeout_s: PositiveFloat = 600.0
     max_attempts: Annotated[int, Meta(ge=1, le=10)] = 3
     max_connections: Annotated[int, Meta(ge=1)] = 4096
+    debug_headers: bool = False  # add `x-fleetgate-pod` to responses (reveals pod names: off by default)
 
 
 class ExtProc(_Base, kw_only=True):

@@ -1,0 +1,1 @@
+"""Capacity protocol (generated code lives in fleetgate/v1)."""

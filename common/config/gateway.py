@@ -80,6 +80,8 @@ class Profile(_Base, kw_only=True):
     weights: dict[str, NonNegFloat] = msgspec.field(default_factory=dict)
     saturation: Saturation = msgspec.field(default_factory=Saturation)
     filters: list[str] | None = None  # None: the default filter chain
+    picker: str | None = None  # registry name; None: the profile's default (max_score)
+    sheddable: bool = False  # requests of this objective may be shed first under overload
 
 
 class PrefixCache(_Base, kw_only=True):

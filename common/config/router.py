@@ -82,6 +82,8 @@ class Selection(_Base, kw_only=True):
     classes: dict[str, TrafficClassPolicy] = msgspec.field(default_factory=_default_classes)
     spot_discount_risk: Annotated[float, Meta(ge=0, le=1)] = 0.1  # spot cost is inflated by this risk
     region_latency_ms: dict[str, dict[str, NonNegFloat]] = msgspec.field(default_factory=dict)
+    # client region -> cluster region latency when the matrix has no entry (same region: 0)
+    cross_region_latency_ms: NonNegFloat = 80.0
 
 
 class Failover(_Base, kw_only=True):
@@ -90,8 +92,16 @@ class Failover(_Base, kw_only=True):
     eject_after_failures: Annotated[int, Meta(ge=1)] = 3
     eject_base_s: PositiveFloat = 1.0
     eject_max_s: PositiveFloat = 30.0
+    min_retries: Annotated[int, Meta(ge=0)] = 5  # retries always allowed per window, however quiet
+    retry_window_s: PositiveFloat = 10.0
     connect_timeout_s: PositiveFloat = 2.0
     read_timeout_s: PositiveFloat = 600.0
+
+
+class RateLimitSettings(_Base, kw_only=True):
+    default_max_tokens: Annotated[int, Meta(ge=1)] = 256  # reserved when a request sets no max_tokens
+    concurrency_lease_s: Annotated[float, Meta(ge=1)] = 30.0  # a crashed replica's slots free after this
+    fail_closed_status: Literal[429, 503] = 503
 
 
 class GlobalRouterConfig(_Base, kw_only=True):
@@ -105,3 +115,5 @@ class GlobalRouterConfig(_Base, kw_only=True):
     selection: Selection = msgspec.field(default_factory=Selection)
     failover: Failover = msgspec.field(default_factory=Failover)
     max_body_bytes: Annotated[int, Meta(ge=1024)] = 8 * 1024 * 1024
+    rate_limits: RateLimitSettings = msgspec.field(default_factory=RateLimitSettings)
+    admin_key_sha256: Annotated[str, Meta(pattern="^[0-9a-f]{64}$")] | None = None  # POST /admin/*

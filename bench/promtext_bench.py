@@ -1,0 +1,376 @@
+"""Targeted Prometheus-text read vs a full parse, on a faithful vLLM `/metrics` body.
+
+`python -m bench.promtext_bench [--engines N] [--models M] [--rounds R]`
+
+The body is produced the way vLLM produces it: prometheus_client metrics with vLLM's names, help
+texts, label sets and histogram bucket layouts (v1 engine: `model_name` + `engine` labels), the
+process/platform/GC collectors, and randomly observed values, rendered by `generate_latest`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from functools import partial
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+
+from common.promtext import parse_families, reader_for
+
+# The names a gateway reads from a vLLM pod (cf. cluster_gateway.metrics.engines).
+GATEWAY_WANTED = frozenset(
+    {
+        "vllm:num_requests_waiting",
+        "vllm:num_requests_running",
+        "vllm:kv_cache_usage_perc",
+        "vllm:gpu_cache_usage_perc",
+        "vllm:lora_requests_info",
+        "vllm:cache_config_info",
+        "vllm:prefix_cache_hits_total",
+        "vllm:prefix_cache_queries_total",
+    }
+)
+
+_LATENCY_BUCKETS: tuple[float, ...] = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0)
+_LATENCY_BUCKETS += (40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+_TTFT_BUCKETS: tuple[float, ...] = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75)
+_TTFT_BUCKETS += (1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+_ITL_BUCKETS: tuple[float, ...] = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0)
+_ITL_BUCKETS += (2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+_ITERATION_BUCKETS = (1, 8, 16, 24, 32, 40, 48, 56, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+
+
+def _one_two_five(limit: int) -> list[float]:
+    """vLLM's 1-2-5 token-count buckets up to the model's max length."""
+    out: list[float] = []
+    exp = 0
+    while True:
+        for m in (1, 2, 5):
+            v = m * 10**exp
+            if v > limit:
+                return out
+            out.append(float(v))
+        exp += 1
+
+
+def vllm_metrics_body(
+    *,
+    models: Iterable[str] = ("meta-llama/Llama-3.1-8B-Instruct",),
+    engines: int = 1,
+    max_model_len: int = 8192,
+    running_adapters: str = "sql-lora,chat-lora",
+    waiting_adapters: str = "",
+    seed: int = 0,
+    observations: int = 200,
+    legacy_cache_gauge: bool = False,
+) -> bytes:
+    """A `/metrics` body as a vLLM v1 server renders it, with `observations` requests recorded."""
+    rng = random.Random(seed)
+    reg = CollectorRegistry()
+    ProcessCollector(registry=reg)
+    PlatformCollector(registry=reg)
+    GCCollector(registry=reg)
+    lbl = ["model_name", "engine"]
+    kv_name = "vllm:gpu_cache_usage_perc" if legacy_cache_gauge else "vllm:kv_cache_usage_perc"
+    gauges = {
+        "running": Gauge(
+            "vllm:num_requests_running", "Number of requests in model execution batches.", lbl, registry=reg
+        ),
+        "waiting": Gauge(
+            "vllm:num_requests_waiting", "Number of requests waiting to be processed.", lbl, registry=reg
+        ),
+        "kv": Gauge(kv_name, "KV-cache usage. 1 means 100 percent usage.", lbl, registry=reg),
+    }
+    counters = {
+        "preempt": Counter(
+            "vllm:num_preemptions", "Cumulative number of preemption from the engine.", lbl, registry=reg
+        ),
+        "prompt": Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", lbl, registry=reg),
+        "gen": Counter("vllm:generation_tokens", "Number of generation tokens processed.", lbl, registry=reg),
+        "pq": Counter(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            lbl,
+            registry=reg,
+        ),
+        "ph": Counter(
+            "vllm:prefix_cache_hits",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            lbl,
+            registry=reg,
+        ),
+    }
+    success = Counter(
+        "vllm:request_success",
+        "Count of successfully processed requests.",
+        [*lbl, "finished_reason"],
+        registry=reg,
+    )
+    tok_buckets = _one_two_five(max_model_len)
+    hists: dict[str, tuple[Histogram, Callable[[], float]]] = {
+        "iter": (
+            Histogram(
+                "vllm:iteration_tokens_total",
+                "Histogram of number of tokens per engine_step.",
+                lbl,
+                buckets=_ITERATION_BUCKETS,
+                registry=reg,
+            ),
+            lambda: rng.randint(1, 4096),
+        ),
+        "ttft": (
+            Histogram(
+                "vllm:time_to_first_token_seconds",
+                "Histogram of time to first token in seconds.",
+                lbl,
+                buckets=_TTFT_BUCKETS,
+                registry=reg,
+            ),
+            lambda: rng.lognormvariate(-2.5, 1.0),
+        ),
+        "tpot": (
+            Histogram(
+                "vllm:time_per_output_token_seconds",
+                "Histogram of time per output token in seconds.",
+                lbl,
+                buckets=_ITL_BUCKETS,
+                registry=reg,
+            ),
+            lambda: rng.lognormvariate(-4.0, 0.5),
+        ),
+        "itl": (
+            Histogram(
+                "vllm:inter_token_latency_seconds",
+                "Histogram of inter-token latency in seconds.",
+                lbl,
+                buckets=_ITL_BUCKETS,
+                registry=reg,
+            ),
+            lambda: rng.lognormvariate(-4.0, 0.5),
+        ),
+        "e2e": (
+            Histogram(
+                "vllm:e2e_request_latency_seconds",
+                "Histogram of e2e request latency in seconds.",
+                lbl,
+                buckets=_LATENCY_BUCKETS,
+                registry=reg,
+            ),
+            lambda: rng.lognormvariate(1.0, 0.8),
+        ),
+        "queue": (
+            Histogram(
+                "vllm:request_queue_time_seconds",
+                "Histogram of time spent in WAITING phase for request.",
+                lbl,
+                buckets=_LATENCY_BUCKETS,
+                registry=reg,
+            ),
+            lambda: rng.expovariate(5.0),
+        ),
+        "infer": (
+            Histogram(
+                "vllm:request_inference_time_seconds",
+                "Histogram of time spent in RUNNING phase for request.",
+                lbl,
+                buckets=_LATENCY_BUCKETS,
+                registry=reg,
+            ),
+            lambda: rng.lognormvariate(1.0, 0.7),
+        ),
+        "prefill": (
+            Histogram(
+                "vllm:request_prefill_time_seconds",
+                "Histogram of time spent in PREFILL phase for request.",
+                lbl,
+                buckets=_LATENCY_BUCKETS,
+                registry=reg,
+            ),
+            lambda: rng.expovariate(10.0),
+        ),
+        "decode": (
+            Histogram(
+                "vllm:request_decode_time_seconds",
+                "Histogram of time spent in DECODE phase for request.",
+                lbl,
+                buckets=_LATENCY_BUCKETS,
+                registry=reg,
+            ),
+            lambda: rng.lognormvariate(1.0, 0.7),
+        ),
+        "ptok": (
+            Histogram(
+                "vllm:request_prompt_tokens",
+                "Number of prefill tokens processed.",
+                lbl,
+                buckets=tok_buckets,
+                registry=reg,
+            ),
+            lambda: rng.randint(16, max_model_len // 2),
+        ),
+        "gtok": (
+            Histogram(
+                "vllm:request_generation_tokens",
+                "Number of generation tokens processed.",
+                lbl,
+                buckets=tok_buckets,
+                registry=reg,
+            ),
+            lambda: rng.randint(1, 1024),
+        ),
+        "maxgen": (
+            Histogram(
+                "vllm:request_max_num_generation_tokens",
+                "Histogram of maximum number of requested generation tokens.",
+                lbl,
+                buckets=tok_buckets,
+                registry=reg,
+            ),
+            lambda: rng.choice((256, 512, 1024, 2048)),
+        ),
+        "n": (
+            Histogram(
+                "vllm:request_params_n",
+                "Histogram of the n request parameter.",
+                lbl,
+                buckets=(1, 2, 5, 10, 20),
+                registry=reg,
+            ),
+            lambda: 1,
+        ),
+        "maxtok": (
+            Histogram(
+                "vllm:request_params_max_tokens",
+                "Histogram of the max_tokens request parameter.",
+                lbl,
+                buckets=tok_buckets,
+                registry=reg,
+            ),
+            lambda: rng.choice((256, 512, 1024, 2048)),
+        ),
+    }
+    # vLLM registers these two last (LoRA stats and the engine's cache config at start-up).
+    lora = Gauge(
+        "vllm:lora_requests_info",
+        "Running stats on lora requests.",
+        ["max_lora", "waiting_lora_adapters", "running_lora_adapters"],
+        registry=reg,
+    )
+    cache_cfg = Gauge(
+        "vllm:cache_config_info",
+        "Information of the LLMEngine CacheConfig",
+        [
+            "block_size",
+            "cache_dtype",
+            "enable_prefix_caching",
+            "gpu_memory_utilization",
+            "num_cpu_blocks",
+            "num_gpu_blocks",
+            "num_gpu_blocks_override",
+            "prefix_caching_hash_algo",
+            "sliding_window",
+            "swap_space",
+            "engine",
+        ],
+        registry=reg,
+    )
+    lora.labels(
+        max_lora="4", waiting_lora_adapters=waiting_adapters, running_lora_adapters=running_adapters
+    ).set(1_700_000_000.0 + rng.random() * 1e6)
+    for engine in range(engines):
+        cache_cfg.labels(
+            block_size="16",
+            cache_dtype="auto",
+            enable_prefix_caching="True",
+            gpu_memory_utilization="0.9",
+            num_cpu_blocks="2048",
+            num_gpu_blocks="27910",
+            num_gpu_blocks_override="None",
+            prefix_caching_hash_algo="sha256",
+            sliding_window="None",
+            swap_space="4",
+            engine=str(engine),
+        ).set(1)
+        for model in models:
+            key = {"model_name": model, "engine": str(engine)}
+            gauges["running"].labels(**key).set(rng.randint(0, 64))
+            gauges["waiting"].labels(**key).set(rng.randint(0, 16))
+            gauges["kv"].labels(**key).set(rng.random())
+            for c in counters.values():
+                c.labels(**key).inc(rng.randint(0, 1_000_000))
+            for reason in ("stop", "length", "abort"):
+                success.labels(**key, finished_reason=reason).inc(rng.randint(0, 10_000))
+            for hist, draw in hists.values():
+                child = hist.labels(**key)
+                for _ in range(observations // 10):
+                    child.observe(draw())
+    return generate_latest(reg)
+
+
+def _time_per_call(fn: Callable[[], object], rounds: int) -> float:
+    """Median µs per call over 5 batches of `rounds` calls."""
+    batches = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(rounds):
+            fn()
+        batches.append((time.perf_counter() - t0) / rounds * 1e6)
+    return statistics.median(batches)
+
+
+def _full_parse(text: str) -> list[Metric]:
+    return list(text_string_to_metric_families(text))
+
+
+def run(engines: int, models: int, rounds: int) -> list[tuple[str, int, int, float, float]]:
+    """Rows: (body, bytes, lines, targeted µs, full µs)."""
+    rows = []
+    cases = {
+        "vllm 1 model": vllm_metrics_body(),
+        f"vllm {models} models x {engines} engines": vllm_metrics_body(
+            models=[f"model-{i}" for i in range(models)], engines=engines
+        ),
+    }
+    reader = reader_for(GATEWAY_WANTED)
+    for label, body in cases.items():
+        text = body.decode()
+        targeted = _time_per_call(partial(reader.read, body), rounds)
+        via_api = _time_per_call(partial(parse_families, body, GATEWAY_WANTED), rounds)
+        full = _time_per_call(partial(_full_parse, text), max(1, rounds // 50))
+        rows.append((label, len(body), body.count(b"\n"), min(targeted, via_api), full))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--engines", type=int, default=2, help="data-parallel engines in the large body")
+    ap.add_argument("--models", type=int, default=2, help="served model names in the large body")
+    ap.add_argument("--rounds", type=int, default=2000)
+    args = ap.parse_args(argv)
+    rows = run(args.engines, args.models, args.rounds)
+    print(f"wanted: {len(GATEWAY_WANTED)} metric names ({', '.join(sorted(GATEWAY_WANTED))})\n")
+    print("| body | KB | lines | targeted µs/parse | prometheus_client full µs/parse | speed-up |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for label, size, lines, targeted, full in rows:
+        print(
+            f"| {label} | {size / 1024:.1f} | {lines} | {targeted:.1f} | {full:.0f} | {full / targeted:.0f}x |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,212 @@
+"""Resumable list+watch of one Kubernetes collection, bridged from the sync client to asyncio.
+
+The official client is synchronous: each watch connection runs in a daemon thread that feeds an
+asyncio queue, so the event loop never blocks and a stuck socket can never hold up shutdown.
+Semantics follow client-go's reflector: list (full state + resourceVersion), then watch from that
+resourceVersion; a dropped connection resumes from the last resourceVersion seen (events and
+bookmarks); 410 Gone means the history is compacted and a fresh list is needed; API errors back off
+exponentially with jitter. Handlers run on the event loop, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from kubernetes import watch
+from kubernetes.client.exceptions import ApiException
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_random_exponential
+
+log = logging.getLogger(__name__)
+
+KubeObject = dict[str, Any]
+# A blocking call returning the collection's current items and the resourceVersion to watch from.
+ListFn = Callable[[], tuple[list[KubeObject], str | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class WatchTimings:
+    """Knobs for how long watches live and how hard to back off; tests shrink them."""
+
+    min_watch_s: float = 300.0  # each watch asks the server to end it after [min, 2*min) seconds
+    connect_timeout_s: float = 10.0
+    read_slack_s: float = 30.0  # a silent socket is abandoned this long after the server's own timeout
+    backoff_initial_s: float = 0.2
+    backoff_max_s: float = 30.0
+    early_end_s: float = 1.0  # a watch that ends this fast with nothing in it counts as a failure
+
+
+class _WatchEndedEarly(Exception):
+    """The server closed a watch immediately without events: retry with backoff, don't spin."""
+
+
+def is_gone(exc: BaseException) -> bool:
+    return isinstance(exc, ApiException) and exc.status == 410
+
+
+def _retryable(exc: BaseException) -> bool:
+    return isinstance(exc, Exception) and not is_gone(exc)
+
+
+def list_objects(response: Any) -> tuple[list[KubeObject], str | None]:
+    """Decode a raw (`_preload_content=False`) list response: items and the list's resourceVersion."""
+    body = json.loads(response.data)
+    rv = (body.get("metadata") or {}).get("resourceVersion")
+    return list(body.get("items") or []), rv
+
+
+def describe_error(exc: BaseException) -> str:
+    if isinstance(exc, ApiException):
+        return f"HTTP {exc.status} {exc.reason or ''}".strip()
+    return f"{type(exc).__name__}: {exc}"
+
+
+class Reflector:
+    """Keeps a consumer in step with one collection: `on_list` with the full state, then `on_event`."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        list_fn: ListFn,
+        watch_call: Callable[..., Any],
+        watch_args: tuple[Any, ...],
+        watch_kwargs: dict[str, Any],
+        on_list: Callable[[list[KubeObject]], None],
+        on_event: Callable[[str, KubeObject], None],
+        timings: WatchTimings | None = None,
+    ) -> None:
+        self.name = name
+        self._list_fn = list_fn
+        self._watch_call = watch_call
+        self._watch_args = watch_args
+        self._watch_kwargs = watch_kwargs
+        self._on_list = on_list
+        self._on_event = on_event
+        self._t = timings or WatchTimings()
+        self.resource_version: str | None = None
+        self.relists = 0  # how many times the full state was (re)read
+
+    async def run(self) -> NoReturn:
+        while True:
+            await self._relist()
+            try:
+                while True:
+                    async for attempt in self._retrying("watch"):
+                        with attempt:
+                            await self._watch_session()
+            except ApiException as exc:
+                if not is_gone(exc):
+                    raise
+                log.info(
+                    "%s: resourceVersion %s expired (410 Gone), relisting", self.name, self.resource_version
+                )
+
+    def _retrying(self, what: str) -> AsyncRetrying:
+        def before_sleep(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            sleep = state.next_action.sleep if state.next_action else 0.0
+            log.warning(
+                "%s: %s failed (%s), attempt %d, retrying in %.2fs",
+                self.name,
+                what,
+                describe_error(exc) if exc else "?",
+                state.attempt_number,
+                sleep,
+            )
+
+        return AsyncRetrying(
+            wait=wait_random_exponential(multiplier=self._t.backoff_initial_s, max=self._t.backoff_max_s),
+            retry=retry_if_exception(_retryable),
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+
+    async def _relist(self) -> None:
+        async for attempt in self._retrying("list"):
+            with attempt:
+                items, rv = await asyncio.to_thread(self._list_fn)
+        self.relists += 1
+        self.resource_version = rv
+        self._on_list(items)
+
+    def _watch_kwargs_now(self) -> dict[str, Any]:
+        timeout = int(self._t.min_watch_s * (1 + random.random())) or 1
+        kwargs = dict(self._watch_kwargs)
+        kwargs.update(
+            timeout_seconds=timeout,  # also makes Watch.stream leave resumption and 410s to us
+            allow_watch_bookmarks=True,
+            _request_timeout=(self._t.connect_timeout_s, timeout + self._t.read_slack_s),
+        )
+        if self.resource_version:
+            kwargs["resource_version"] = self.resource_version
+        return kwargs
+
+    async def _watch_session(self) -> None:
+        """One watch connection, from the current resourceVersion until it ends."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        stopping = threading.Event()
+        w = watch.Watch(return_type="object")  # events stay plain dicts (fast, no model validation)
+        kwargs = self._watch_kwargs_now()
+
+        def post(item: tuple[str, Any]) -> None:
+            if not stopping.is_set():
+                with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is listening
+                    loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        def pump() -> None:
+            outcome: tuple[str, Any] = ("end", None)
+            try:
+                if not stopping.is_set():
+                    for event in w.stream(self._watch_call, *self._watch_args, **kwargs):
+                        post(("event", event))
+                        if stopping.is_set():
+                            break
+            except BaseException as exc:
+                outcome = ("error", exc)
+            post(outcome)
+
+        threading.Thread(target=pump, name=f"watch-{self.name}", daemon=True).start()
+        started = loop.time()
+        progressed = False
+        try:
+            while True:
+                kind, payload = await queue.get()
+                if kind == "event":
+                    self._apply(payload)
+                    progressed = True
+                elif kind == "error":
+                    if progressed and not is_gone(payload):
+                        # Resume right away from the last resourceVersion; back off only on no progress.
+                        log.info(
+                            "%s: watch broke (%s), resuming from %s",
+                            self.name,
+                            describe_error(payload),
+                            self.resource_version,
+                        )
+                        return
+                    raise payload
+                else:
+                    if not progressed and loop.time() - started < self._t.early_end_s:
+                        raise _WatchEndedEarly("watch closed by the server at once")
+                    return
+        finally:
+            stopping.set()
+            w.stop()  # shuts the socket down so the pump thread unblocks at once
+
+    def _apply(self, event: dict[str, Any]) -> None:
+        etype = event.get("type", "")
+        obj = event.get("raw_object") or event.get("object") or {}
+        rv = (obj.get("metadata") or {}).get("resourceVersion") if isinstance(obj, dict) else None
+        if rv:
+            self.resource_version = rv
+        if etype in ("ADDED", "MODIFIED", "DELETED") and isinstance(obj, dict):
+            self._on_event(etype, obj)

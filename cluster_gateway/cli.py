@@ -1,0 +1,104 @@
+"""`fleetgate gateway`: run one cluster gateway until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from common.config.gateway import GatewaySpec
+from common.config.loader import ConfigError, load_config, load_config_data
+
+log = logging.getLogger("fleetgate.gateway")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="gateway config YAML (the FleetgateGateway spec)")
+    parser.add_argument("--port", type=int, help="HTTP port for the proxy (overrides `port`; 0 = any)")
+    parser.add_argument(
+        "--pods",
+        metavar="URL,URL",
+        help="a static pool of model-server URLs (instead of, or overriding, the config's discovery)",
+    )
+    parser.add_argument(
+        "--extproc-port",
+        type=int,
+        help="enable the Envoy ext_proc endpoint picker on this port (overrides `extProc.port`)",
+    )
+    parser.add_argument("--host", help="bind address (overrides `host`)")
+    parser.add_argument("--log-level", default="INFO", help="log level (default INFO)")
+    parser.add_argument("--log-format", choices=["json", "text"], default="json")
+
+
+def build_spec(args: argparse.Namespace) -> GatewaySpec:
+    """Config file (or an empty spec) with the command-line overrides applied, validated as one."""
+    from cluster_gateway.discovery import static_from_urls
+
+    if args.config is None and not args.pods:
+        raise ConfigError("either --config FILE or --pods URL,URL is required")
+    spec = load_config(args.config, GatewaySpec) if args.config else None
+    if args.pods:
+        urls = [u.strip() for u in args.pods.split(",") if u.strip()]
+        if not urls:
+            raise ConfigError("--pods: give at least one URL")
+        discovery = static_from_urls(urls)
+        if spec is None:
+            spec = load_config_data(
+                {"discovery": {"static": {"endpoints": urls}}}, GatewaySpec, source="--pods"
+            )
+        spec.discovery = discovery
+    assert spec is not None
+    if args.host:
+        spec.host = args.host
+    if args.extproc_port is not None:
+        spec.ext_proc.enabled = True
+        spec.ext_proc.port = args.extproc_port
+    for name, value in (("--port", args.port), ("--extproc-port", args.extproc_port)):
+        if value is not None and not 0 <= value <= 65535:
+            raise ConfigError(f"{name}: {value} is not a TCP port (0-65535)")
+    return spec
+
+
+async def _serve(spec: GatewaySpec, args: argparse.Namespace) -> int:
+    from cluster_gateway.gateway import ClusterGateway
+
+    try:
+        gateway = ClusterGateway(spec, port=args.port, extproc_port=args.extproc_port)
+    except ConfigError as exc:  # e.g. a profile naming an unknown scorer
+        print(f"fleetgate gateway: {exc}", file=sys.stderr)
+        return 2
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await gateway.start()
+    except OSError as exc:
+        print(f"fleetgate gateway: cannot listen: {exc}", file=sys.stderr)
+        return 1
+    try:
+        await stop.wait()
+        log.info("shutting down")
+    finally:
+        await gateway.stop()
+    return 0
+
+
+def _setup_logging(args: argparse.Namespace) -> None:
+    from common.telemetry import setup_logging, setup_tracing
+
+    setup_logging("cluster-gateway", level=args.log_level.upper(), json=args.log_format == "json")
+    setup_tracing("cluster-gateway")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        spec = build_spec(args)
+    except ConfigError as exc:
+        print(f"fleetgate gateway: {exc}", file=sys.stderr)
+        return 2
+    _setup_logging(args)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per scrape otherwise
+    return asyncio.run(_serve(spec, args))

@@ -1,0 +1,136 @@
+"""An Envoy bootstrap that puts the Fleetgate picker in front of a pool (tests, bench, docs).
+
+The shape follows the Gateway API Inference Extension data path: the ext_proc filter sees the
+request headers and streams the body (FULL_DUPLEX_STREAMED), and an ORIGINAL_DST cluster sends the
+request to whatever `x-gateway-destination-endpoint` the picker set. Response bodies are not sent
+to the picker (no per-chunk round trip on SSE streams); the picker learns the response status from
+the response headers and the end of the exchange from the stream closing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cluster_gateway.proxy.headers import DESTINATION_HEADER
+
+
+def envoy_bootstrap(
+    *,
+    listen_port: int,
+    extproc_port: int,
+    admin_port: int,
+    host: str = "127.0.0.1",
+    extproc_host: str = "127.0.0.1",
+    body_mode: str = "FULL_DUPLEX_STREAMED",
+    message_timeout_s: float = 30.0,
+    upstream_timeout_s: float = 600.0,
+) -> dict[str, Any]:
+    """A static Envoy config (as a dict; dump it as YAML or JSON for `envoy -c`)."""
+    full_duplex = body_mode == "FULL_DUPLEX_STREAMED"
+    ext_proc = {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
+        "grpc_service": {
+            "envoy_grpc": {"cluster_name": "fleetgate-picker"},
+            "timeout": f"{message_timeout_s}s",
+        },
+        "failure_mode_allow": False,
+        "message_timeout": f"{message_timeout_s}s",
+        "processing_mode": {
+            "request_header_mode": "SEND",
+            "response_header_mode": "SEND",
+            "request_body_mode": body_mode,
+            # Full duplex needs trailers sent so a body that ends with trailers still completes.
+            "request_trailer_mode": "SEND" if full_duplex else "SKIP",
+            "response_body_mode": "NONE",
+            "response_trailer_mode": "SEND",
+        },
+    }
+    hcm = {
+        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+        "stat_prefix": "inference",
+        "stream_idle_timeout": f"{upstream_timeout_s}s",
+        "route_config": {
+            "name": "inference",
+            "virtual_hosts": [
+                {
+                    "name": "all",
+                    "domains": ["*"],
+                    "routes": [
+                        {
+                            "match": {"prefix": "/"},
+                            "route": {"cluster": "model-servers", "timeout": f"{upstream_timeout_s}s"},
+                        }
+                    ],
+                }
+            ],
+        },
+        "http_filters": [
+            {"name": "envoy.filters.http.ext_proc", "typed_config": ext_proc},
+            {
+                "name": "envoy.filters.http.router",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+                },
+            },
+        ],
+    }
+    return {
+        "admin": {"address": {"socket_address": {"address": host, "port_value": admin_port}}},
+        "static_resources": {
+            "listeners": [
+                {
+                    "name": "inference",
+                    "address": {"socket_address": {"address": host, "port_value": listen_port}},
+                    "filter_chains": [
+                        {
+                            "filters": [
+                                {"name": "envoy.filters.network.http_connection_manager", "typed_config": hcm}
+                            ]
+                        }
+                    ],
+                }
+            ],
+            "clusters": [
+                {
+                    "name": "model-servers",
+                    "type": "ORIGINAL_DST",
+                    "lb_policy": "CLUSTER_PROVIDED",
+                    "connect_timeout": "2s",
+                    "original_dst_lb_config": {
+                        "use_http_header": True,
+                        "http_header_name": DESTINATION_HEADER,
+                    },
+                },
+                {
+                    "name": "fleetgate-picker",
+                    "type": "STATIC",
+                    "connect_timeout": "2s",
+                    "typed_extension_protocol_options": {
+                        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                            "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                            "explicit_http_config": {"http2_protocol_options": {}},
+                        }
+                    },
+                    "load_assignment": {
+                        "cluster_name": "fleetgate-picker",
+                        "endpoints": [
+                            {
+                                "lb_endpoints": [
+                                    {
+                                        "endpoint": {
+                                            "address": {
+                                                "socket_address": {
+                                                    "address": extproc_host,
+                                                    "port_value": extproc_port,
+                                                }
+                                            }
+                                        }
+                                    }
+                                ]
+                            }
+                        ],
+                    },
+                },
+            ],
+        },
+    }

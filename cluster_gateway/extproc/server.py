@@ -1,0 +1,249 @@
+"""Envoy ext_proc endpoint picker (Gateway API Inference Extension conventions).
+
+Per HTTP request Envoy opens one `ExternalProcessor.Process` stream. The picker reads the request
+headers and the whole body (FULL_DUPLEX_STREAMED chunks or one BUFFERED message), schedules, and
+answers with `x-gateway-destination-endpoint: ip:port[,fallback...]` as a header mutation and in
+dynamic metadata under `envoy.lb`, which an ORIGINAL_DST cluster (`use_http_header`) routes on.
+In FULL_DUPLEX_STREAMED mode Envoy keeps no copy of the body, so it is streamed back unchanged
+after the headers answer. The pod's in-flight slot is held until the response ends or the
+stream closes, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+
+import grpc
+import msgspec
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from opentelemetry import context as otel_context
+
+from cluster_gateway.extproc import messages as msg
+from cluster_gateway.observability import CANCELLED, OK, REJECTED, SHED, UPSTREAM_ERROR, GatewayMetrics
+from cluster_gateway.pool import EndpointPool, PodState
+from cluster_gateway.proxy.dispatch import Dispatcher, Pick
+from cluster_gateway.proxy.headers import DESTINATION_HEADER, is_internal
+from common.config.gateway import ExtProc
+from common.errors import OpenAIError, bad_request
+from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, parse_request
+from common.telemetry import extract_context
+
+log = logging.getLogger("fleetgate.gateway.extproc")
+
+_FULL_DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
+_BUFFERED = processing_mode_pb2.ProcessingMode.BUFFERED
+_INFERENCE_PATHS = frozenset({COMPLETIONS_PATH, CHAT_PATH})
+
+
+@dataclass(slots=True)
+class _Stream:
+    """What one ext_proc stream has seen so far."""
+
+    headers: dict[str, str] = field(default_factory=dict)
+    full_duplex: bool = True
+    body: list[bytes] = field(default_factory=list)
+    body_size: int = 0
+    picked: bool = False
+    pick: Pick | None = None
+    pod: PodState | None = None
+    dispatched_at: float = 0.0
+    status: int = 0
+    released: bool = False
+
+    @property
+    def path(self) -> str:
+        return self.headers.get(":path", "").split("?", 1)[0]
+
+
+class PickerService(pb_grpc.ExternalProcessorServicer):
+    def __init__(
+        self,
+        pool: EndpointPool,
+        dispatcher: Dispatcher,
+        metrics: GatewayMetrics,
+        cfg: ExtProc,
+        *,
+        max_body_bytes: int,
+    ) -> None:
+        self.pool = pool
+        self.dispatcher = dispatcher
+        self.metrics = metrics
+        self.fallbacks = cfg.fallback_endpoints
+        self.max_body = max_body_bytes
+
+    async def Process(
+        self, request_iterator: AsyncIterator[pb.ProcessingRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ProcessingResponse]:
+        st = _Stream()
+        try:
+            async for req in request_iterator:
+                for resp in await self._handle(st, req):
+                    yield resp
+        finally:
+            self._release(st, CANCELLED if st.status == 0 and st.pod is not None else None)
+
+    async def _handle(self, st: _Stream, req: pb.ProcessingRequest) -> list[pb.ProcessingResponse]:
+        kind = req.WhichOneof("request")
+        if kind == "request_headers":
+            return await self._on_request_headers(st, req)
+        if kind == "request_body":
+            return await self._on_request_body(st, req.request_body)
+        if kind == "request_trailers":
+            out = [] if st.picked else await self._finish_request(st)
+            return [*out, msg.trailers_response(response_phase=False)]
+        if kind == "response_headers":
+            return self._on_response_headers(st, req.response_headers)
+        if kind == "response_body":
+            return self._on_response_body(st, req.response_body)
+        if kind == "response_trailers":
+            self._release(st, None)
+            return [msg.trailers_response(response_phase=True)]
+        return []
+
+    # --- request phase ---------------------------------------------------
+    async def _on_request_headers(
+        self, st: _Stream, req: pb.ProcessingRequest
+    ) -> list[pb.ProcessingResponse]:
+        st.headers = msg.header_map(req.request_headers)
+        if req.HasField("protocol_config"):
+            st.full_duplex = req.protocol_config.request_body_mode != _BUFFERED
+        method = st.headers.get(":method", "GET")
+        if st.path not in _INFERENCE_PATHS or method != "POST":
+            st.picked = True
+            return [self._non_inference(st, method)]
+        if req.request_headers.end_of_stream:
+            st.picked = True
+            return [msg.immediate_error(bad_request("Request body is required"))]
+        if st.full_duplex:
+            return []  # the headers answer waits for the body (it carries the destination)
+        # BUFFERED: Envoy waits for this answer before sending the body; the mutation comes later.
+        return [msg.headers_response(remove=self._internal_headers(st))]
+
+    async def _on_request_body(self, st: _Stream, body: pb.HttpBody) -> list[pb.ProcessingResponse]:
+        if st.picked:  # already answered (e.g. an immediate response); nothing more to do
+            return []
+        st.body.append(body.body)
+        st.body_size += len(body.body)
+        if st.body_size > self.max_body:
+            st.picked = True
+            err = OpenAIError(413, f"Request body exceeds {self.max_body} bytes", code="request_too_large")
+            self.metrics.request_done("-", "-", REJECTED)
+            return [msg.immediate_error(err)]
+        if not body.end_of_stream:
+            return []
+        return await self._finish_request(st)
+
+    async def _finish_request(self, st: _Stream) -> list[pb.ProcessingResponse]:
+        st.picked = True
+        raw = b"".join(st.body)
+        try:
+            parsed = parse_request(raw, st.path)
+            sched_headers = {
+                k: v for k, v in st.headers.items() if not k.startswith(":") and not is_internal(k)
+            }
+            token = otel_context.attach(extract_context(sched_headers))
+            try:
+                pick = await self.dispatcher.pick(parsed, sched_headers)
+            finally:
+                otel_context.detach(token)
+        except OpenAIError as err:
+            self.metrics.request_done("-", "-", SHED if err.status == 429 else REJECTED)
+            return [msg.immediate_error(err)]
+        pod = pick.pods[0]
+        st.pick, st.pod = pick, pod
+        self.dispatcher.dispatched(pick, pod)
+        st.dispatched_at = time.monotonic()
+        # The header names one endpoint: Envoy's ORIGINAL_DST cluster cannot parse a list (it
+        # answers 503 "no healthy upstream"). The `envoy.lb` metadata carries the pick plus the
+        # ranked fallbacks (`ip:port,ip:port`) for LB policies that fail over (override_host).
+        endpoints = ",".join(p.endpoint.hostport for p in pick.pods[: 1 + self.fallbacks])
+        set_headers = {DESTINATION_HEADER: pod.endpoint.hostport}
+        remove = [h for h in self._internal_headers(st) if h != DESTINATION_HEADER]
+        md = msg.destination_metadata(endpoints)
+        if st.full_duplex:
+            return [msg.headers_response(set_headers, remove, md), *msg.streamed_body(raw)]
+        return [msg.buffered_body_response(set_headers, remove, md)]
+
+    def _internal_headers(self, st: _Stream) -> list[str]:
+        return [k for k in st.headers if is_internal(k)]
+
+    def _non_inference(self, st: _Stream, method: str) -> pb.ProcessingResponse:
+        """Answer what the pool itself knows; the picker never routes non-inference paths blindly."""
+        if st.path == "/v1/models" and method == "GET":
+            models: set[str] = set()
+            for p in self.pool.pods():
+                models |= p.models
+            data = [
+                {"id": m, "object": "model", "created": 0, "owned_by": "fleetgate"} for m in sorted(models)
+            ]
+            return msg.immediate(200, msgspec.json.encode({"object": "list", "data": data}))
+        err = OpenAIError(
+            404, f"Unknown path {method} {st.path}", code="unknown_url", type="invalid_request_error"
+        )
+        return msg.immediate_error(err)
+
+    # --- response phase --------------------------------------------------
+    def _on_response_headers(self, st: _Stream, headers: pb.HttpHeaders) -> list[pb.ProcessingResponse]:
+        status = msg.header_map(headers).get(":status", "0")
+        st.status = int(status) if status.isdigit() else 0
+        if st.pod is not None and st.dispatched_at:
+            self.metrics.ttft.labels(st.pod.name).observe(time.monotonic() - st.dispatched_at)
+        if headers.end_of_stream:
+            self._release(st, None)
+        return [msg.headers_response(response_phase=True)]
+
+    def _on_response_body(self, st: _Stream, body: pb.HttpBody) -> list[pb.ProcessingResponse]:
+        # Only reached if Envoy is configured to send response bodies; echo them in full duplex.
+        if body.end_of_stream:
+            self._release(st, None)
+        if st.full_duplex:
+            return list(_echo(body))
+        return [msg.continue_body(response_phase=True)]
+
+    def _release(self, st: _Stream, outcome: str | None) -> None:
+        if st.released or st.pod is None or st.pick is None:
+            return
+        st.released = True
+        self.dispatcher.finished(st.pod)
+        if outcome is None:
+            outcome = OK if 0 < st.status < 400 else UPSTREAM_ERROR if st.status else CANCELLED
+        self.metrics.request_done(st.pod.name, st.pick.profile, outcome)
+
+
+def _echo(body: pb.HttpBody) -> Iterator[pb.ProcessingResponse]:
+    sb = pb.StreamedBodyResponse(body=body.body, end_of_stream=body.end_of_stream)
+    br = pb.BodyResponse(response=pb.CommonResponse(body_mutation=pb.BodyMutation(streamed_response=sb)))
+    yield pb.ProcessingResponse(response_body=br)
+
+
+class ExtProcServer:
+    """A grpc.aio server hosting the picker and the standard gRPC health service."""
+
+    def __init__(self, service: PickerService) -> None:
+        self.service = service
+        self._server: grpc.aio.Server | None = None
+        self.port = 0
+
+    async def start(self, host: str, port: int) -> int:
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        pb_grpc.add_ExternalProcessorServicer_to_server(self.service, server)
+        hs = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(hs, server)
+        self.port = server.add_insecure_port(f"{host}:{port}")
+        if self.port == 0:
+            raise OSError(f"cannot bind the ext_proc server to {host}:{port}")
+        await server.start()
+        await hs.set("", health_pb2.HealthCheckResponse.SERVING)
+        self._server = server
+        return self.port
+
+    async def stop(self, grace: float = 2.0) -> None:
+        if self._server is not None:
+            await self._server.stop(grace)
+            self._server = None

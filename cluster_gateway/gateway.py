@@ -1,0 +1,229 @@
+"""A cluster gateway composed from its config: pool, discovery, scraper, scheduler, admission, data paths.
+
+Data flows one way: discovery writes pool membership, the scraper writes pod metrics, the
+scheduler reads the pool, the proxy / ext_proc picker count in-flight requests in it. Everything
+runs on one event loop; background components are plain coroutines run as tasks, so another
+component (e.g. the Tier-2 capacity agent) plugs in with `add_background()` before `start()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+from contextlib import nullcontext, suppress
+from typing import Any
+
+import httpx
+import uvicorn
+from prometheus_client import CollectorRegistry
+
+from cluster_gateway.discovery import build_discovery
+from cluster_gateway.extproc.server import ExtProcServer, PickerService
+from cluster_gateway.metrics.scraper import Scraper
+from cluster_gateway.observability import GatewayMetrics
+from cluster_gateway.pool import EndpointPool
+from cluster_gateway.proxy.admission import AdmissionQueue
+from cluster_gateway.proxy.app import ProxyApp
+from cluster_gateway.proxy.dispatch import Dispatcher
+from cluster_gateway.proxy.forward import Forwarder
+from cluster_gateway.scheduling.scheduler import Scheduler
+from cluster_gateway.scheduling.types import ScheduleResult
+from common.config.gateway import GatewaySpec
+
+log = logging.getLogger("fleetgate.gateway")
+
+BackgroundRun = Callable[[], Awaitable[None]]  # runs until cancelled
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """uvicorn without its signal handling: the process owner (CLI, demo, tests) owns signals."""
+
+    def capture_signals(self) -> Any:
+        return nullcontext()
+
+
+def _listen_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+class ClusterGateway:
+    """One Tier-1 gateway. `port` / `extproc_port` override the config (0 = any free port)."""
+
+    def __init__(
+        self,
+        spec: GatewaySpec,
+        *,
+        port: int | None = None,
+        extproc_port: int | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.spec = spec
+        self.host = spec.host
+        self._port = spec.port if port is None else port
+        self._extproc_port = spec.ext_proc.port if extproc_port is None else extproc_port
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.metrics = GatewayMetrics(self.registry)
+        self.pool = EndpointPool()
+        self.discovery = build_discovery(spec.discovery)
+        self.scraper = Scraper(self.pool, spec.scrape, registry=self.registry)
+        # One staleness bound for scraper and scheduler, so "fresh" means the same in both.
+        self.scheduler = Scheduler(
+            self.pool,
+            spec.scheduling,
+            staleness_s=spec.scrape.max_staleness_ms / 1000.0,
+            dead_after_failures=spec.scrape.stale_after_misses,
+        )
+        self.admission: AdmissionQueue[ScheduleResult] = AdmissionQueue(
+            spec.admission.queue_size, spec.admission.queue_timeout_ms / 1000.0
+        )
+        self.metrics.watch_pool(self.pool, lambda: len(self.admission))
+        self.dispatcher = Dispatcher(self.pool, self.scheduler, self.admission, self.metrics)
+        self._background: list[tuple[str, BackgroundRun]] = [
+            ("discovery", lambda: self.discovery.run(self.pool)),
+            ("scraper", self.scraper.run),
+            ("admission-recheck", self._recheck_admission),
+        ]
+        self._tasks: list[asyncio.Task[None]] = []
+        self._client: httpx.AsyncClient | None = None
+        self._server: _EmbeddedServer | None = None
+        self._server_task: asyncio.Task[None] | None = None
+        self._extproc: ExtProcServer | None = None
+        self.bound_port = 0
+        self.extproc_port = 0
+
+    # --- composition -----------------------------------------------------
+    def add_background(self, name: str, run: BackgroundRun) -> None:
+        """Run `run()` as a task for the gateway's lifetime (start → stop). Call before `start()`."""
+        if self._tasks:
+            raise RuntimeError("add_background() must be called before start()")
+        self._background.append((name, run))
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.bound_port}"
+
+    async def _recheck_admission(self) -> None:
+        """Queued requests re-check once per scrape interval: a scrape may have freed a pod."""
+        interval = self.spec.scrape.interval_ms / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            self.admission.notify()
+
+    # --- lifecycle -------------------------------------------------------
+    async def start(self) -> None:
+        for name, run in self._background:
+            task = asyncio.create_task(self._supervise(name, run), name=f"gateway-{name}")
+            self._tasks.append(task)
+        pcfg = self.spec.proxy
+        self._client = httpx.AsyncClient(
+            limits=httpx.Limits(
+                max_connections=pcfg.max_connections,
+                max_keepalive_connections=pcfg.max_connections,
+                keepalive_expiry=30.0,
+            ),
+            timeout=httpx.Timeout(
+                connect=pcfg.connect_timeout_s,
+                read=pcfg.read_timeout_s,
+                write=pcfg.read_timeout_s,
+                pool=pcfg.connect_timeout_s,
+            ),
+            trust_env=False,
+        )
+        forwarder = Forwarder(
+            self._client,
+            self.dispatcher,
+            self.metrics,
+            max_attempts=pcfg.max_attempts,
+            debug_headers=pcfg.debug_headers,
+        )
+        app = ProxyApp(self.pool, self.dispatcher, forwarder, self.metrics, pcfg)
+        try:
+            sock = _listen_socket(self.host, self._port)
+            config = uvicorn.Config(
+                app,
+                lifespan="off",
+                log_level="warning",
+                access_log=False,
+                timeout_graceful_shutdown=5,
+                backlog=4096,
+            )
+            self._server = _EmbeddedServer(config)
+            self._server_task = asyncio.create_task(self._server.serve(sockets=[sock]))
+            while not self._server.started:
+                if self._server_task.done():
+                    self._server_task.result()
+                    raise RuntimeError("the proxy server stopped during startup")
+                await asyncio.sleep(0.005)
+            self.bound_port = int(sock.getsockname()[1])
+            log.info(
+                "cluster gateway %s listening on http://%s:%d",
+                self.spec.cluster_id,
+                self.host,
+                self.bound_port,
+            )
+            if self.spec.ext_proc.enabled:
+                service = PickerService(
+                    self.pool,
+                    self.dispatcher,
+                    self.metrics,
+                    self.spec.ext_proc,
+                    max_body_bytes=pcfg.max_body_bytes,
+                )
+                self._extproc = ExtProcServer(service)
+                self.extproc_port = await self._extproc.start(self.host, self._extproc_port)
+                log.info("ext_proc endpoint picker listening on %s:%d", self.host, self.extproc_port)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _supervise(self, name: str, run: BackgroundRun) -> None:
+        """Run a background component; a crash is logged and the component restarted after a pause."""
+        while True:
+            try:
+                await run()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("background component %s failed; restarting in 1 s", name)
+                await asyncio.sleep(1.0)
+
+    async def stop(self) -> None:
+        if self._extproc is not None:
+            await self._extproc.stop()
+            self._extproc = None
+        if self._server is not None and self._server_task is not None:
+            self._server.should_exit = True
+            try:
+                await self._server_task
+            except Exception:
+                log.exception("proxy server stopped with an error")
+            self._server = None
+            self._server_task = None
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def __aenter__(self) -> ClusterGateway:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()

@@ -1,0 +1,1 @@
+"""The request path: admission, scheduling glue and the embedded streaming proxy."""

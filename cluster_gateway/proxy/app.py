@@ -1,0 +1,244 @@
+"""The embedded proxy: a lean ASGI app (served by uvicorn) in front of the pool.
+
+A hand-rolled ASGI app instead of a framework because the hot path is one route that streams
+bytes: routing is a dict lookup, the body is read once with a size cap, and client disconnects
+are observed directly so the pod's request is cancelled and its in-flight slot released at once.
+(`bench/proxy_overhead.py` measures the added latency.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import msgspec
+from opentelemetry import context as otel_context
+from opentelemetry.context import Context
+
+from cluster_gateway.observability import CANCELLED, REJECTED, SHED, GatewayMetrics
+from cluster_gateway.pool import EndpointPool
+from cluster_gateway.proxy.dispatch import Dispatcher, Pick
+from cluster_gateway.proxy.forward import Forwarder, NoPodAnswered
+from cluster_gateway.proxy.headers import client_headers, upstream_request_headers
+from common.config.gateway import Proxy
+from common.errors import OpenAIError
+from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, ParsedRequest, parse_request
+from common.telemetry import extract_context, inject_traceparent
+
+log = logging.getLogger("fleetgate.gateway.proxy")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_JSON = [(b"content-type", b"application/json")]
+
+
+class _ClientGone(Exception):
+    pass
+
+
+async def send_json(send: Send, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+    hdrs = list(_JSON)
+    for k, v in (headers or {}).items():
+        hdrs.append((k.encode("latin-1"), v.encode("latin-1")))
+    hdrs.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": hdrs})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def send_error(send: Send, err: OpenAIError) -> None:
+    await send_json(send, err.status, err.body_bytes(), err.headers)
+
+
+class ProxyApp:
+    """ASGI callable: `/v1/completions`, `/v1/chat/completions`, `/v1/models`, `/health`, `/ready`, `/metrics`."""
+
+    def __init__(
+        self,
+        pool: EndpointPool,
+        dispatcher: Dispatcher,
+        forwarder: Forwarder,
+        metrics: GatewayMetrics,
+        cfg: Proxy,
+    ) -> None:
+        self.pool = pool
+        self.dispatcher = dispatcher
+        self.forwarder = forwarder
+        self.metrics = metrics
+        self.max_body = cfg.max_body_bytes
+        self.routes: dict[tuple[str, str], Handler] = {
+            ("POST", COMPLETIONS_PATH): self._completion,
+            ("POST", CHAT_PATH): self._completion,
+            ("GET", "/v1/models"): self._models,
+            ("GET", "/health"): self._health,
+            ("GET", "/ready"): self._ready,
+            ("GET", "/metrics"): self._metrics,
+        }
+        self._paths = {p for _, p in self.routes}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        handler = self.routes.get((scope["method"], scope["path"]))
+        if handler is not None:
+            await handler(scope, receive, send)
+        elif scope["path"] in self._paths:
+            await send_error(
+                send, OpenAIError(405, f"Method {scope['method']} not allowed on {scope['path']}")
+            )
+        else:
+            await send_error(
+                send,
+                OpenAIError(
+                    404, f"Unknown path {scope['path']}", code="unknown_url", type="invalid_request_error"
+                ),
+            )
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            msg = await receive()
+            if msg["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif msg["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    # --- the data path ---------------------------------------------------
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+        for k, v in scope["headers"]:
+            if k == b"content-length" and v.isdigit() and int(v) > self.max_body:
+                raise self._too_large()
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                raise _ClientGone
+            chunk = msg.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                raise self._too_large()
+            chunks.append(chunk)
+            if not msg.get("more_body", False):
+                return b"".join(chunks)
+
+    def _too_large(self) -> OpenAIError:
+        return OpenAIError(
+            413, f"Request body exceeds {self.max_body} bytes", code="request_too_large", param=None
+        )
+
+    async def _completion(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"]
+        profile = "-"
+        try:
+            body = await self._read_body(scope, receive)
+            parsed = parse_request(body, path)
+            headers = client_headers(scope["headers"])
+            ctx = extract_context(headers)
+            pick = await self._pick_with_context(parsed, headers, ctx)
+            profile = pick.profile
+            upstream = upstream_request_headers(headers)
+            await self._forward_until_disconnect(pick, path, body, upstream, ctx, receive, send)
+        except _ClientGone:
+            self.metrics.request_done("-", profile, CANCELLED)
+        except OpenAIError as err:
+            if not isinstance(err, NoPodAnswered):  # the forwarder already counted its attempts
+                self.metrics.request_done("-", profile, SHED if err.status == 429 else REJECTED)
+            await send_error(send, err)
+
+    async def _pick_with_context(self, parsed: ParsedRequest, headers: dict[str, str], ctx: Context) -> Pick:
+        token = otel_context.attach(ctx)
+        try:
+            return await self.dispatcher.pick(parsed, headers)
+        finally:
+            otel_context.detach(token)
+
+    async def _forward_until_disconnect(
+        self,
+        pick: Pick,
+        path: str,
+        body: bytes,
+        upstream: dict[str, str],
+        ctx: Context,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        """Run the forward while watching for the client leaving; a departure cancels the pod request."""
+        done = False
+
+        async def guarded_send(msg: Message) -> None:
+            nonlocal done
+            if msg["type"] == "http.response.body" and not msg.get("more_body", False):
+                done = True
+            await send(msg)
+
+        async def work() -> None:
+            token = otel_context.attach(ctx)
+            try:
+                inject_traceparent(upstream)
+                await self.forwarder.forward(pick, path, body, upstream, guarded_send)
+            finally:
+                otel_context.detach(token)
+
+        async def watch() -> None:
+            while True:
+                msg = await receive()
+                if msg["type"] == "http.disconnect":
+                    return
+
+        work_task = asyncio.ensure_future(work())
+        watch_task = asyncio.ensure_future(watch())
+        try:
+            await asyncio.wait({work_task, watch_task}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            work_task.cancel()
+            watch_task.cancel()
+            raise
+        if work_task.done():
+            watch_task.cancel()
+            work_task.result()  # re-raise OpenAIError etc.
+            return
+        if done:  # the response finished as the client closed: nothing to cancel
+            await work_task
+            return
+        work_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await work_task
+        log.debug("client disconnected; pod request cancelled")
+
+    # --- control endpoints ----------------------------------------------
+    async def _models(self, scope: Scope, receive: Receive, send: Send) -> None:
+        models: set[str] = set()
+        for pod in self.pool.pods():
+            models |= pod.models
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "fleetgate"} for m in sorted(models)]
+        await send_json(send, 200, msgspec.json.encode({"object": "list", "data": data}))
+
+    async def _health(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send_json(send, 200, b'{"status":"ok"}')
+
+    async def _ready(self, scope: Scope, receive: Receive, send: Send) -> None:
+        pods = self.pool.pods()
+        ready = sum(1 for p in pods if not p.stale)
+        body = msgspec.json.encode({"ready": ready > 0, "pods": len(pods), "readyPods": ready})
+        await send_json(send, 200 if ready else 503, body)
+
+    async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body, ctype = self.metrics.render()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", ctype.encode()), (b"content-length", str(len(body)).encode())],
+            }
+        )
+        await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -1,0 +1,158 @@
+"""Send a scheduled request to its pod and stream the answer back, failing over before the first byte.
+
+Nothing admitted is lost: while no byte has reached the client, a pod that refuses the connection,
+times out connecting or drops it without answering is skipped for the next-ranked pod (up to
+`proxy.maxAttempts`), and one 5xx/429 answer is retried on another pod. Once bytes flow, the
+stream is passed through chunk by chunk (`aiter_raw`, no buffering or re-encoding).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import httpx
+
+from cluster_gateway.observability import (
+    CANCELLED,
+    FAILED,
+    OK,
+    UPSTREAM_ERROR,
+    GatewayMetrics,
+    tracer,
+)
+from cluster_gateway.pool import PodState
+from cluster_gateway.proxy.dispatch import Dispatcher, Pick
+from cluster_gateway.proxy.headers import downstream_response_headers
+from common.errors import OpenAIError
+
+log = logging.getLogger("fleetgate.gateway.proxy")
+
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+# Failures that prove the pod never answered this request: safe to send it elsewhere.
+_NOT_ANSWERED = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+    httpx.RemoteProtocolError,
+    httpx.ReadError,
+    httpx.WriteError,
+)
+
+
+class NoPodAnswered(OpenAIError):
+    """Every attempt failed before any byte reached the client (503)."""
+
+
+def _retryable_status(status: int) -> bool:
+    return status >= 500 or status == 429
+
+
+class Forwarder:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        dispatcher: Dispatcher,
+        metrics: GatewayMetrics,
+        *,
+        max_attempts: int,
+        debug_headers: bool = False,
+    ) -> None:
+        self.client = client
+        self.dispatcher = dispatcher
+        self.metrics = metrics
+        self.max_attempts = max_attempts
+        self.debug_headers = debug_headers
+
+    async def forward(self, pick: Pick, path: str, body: bytes, headers: dict[str, str], send: Send) -> None:
+        """Deliver the request to the first pod that answers; raises OpenAIError if none does."""
+        pods = pick.pods
+        attempts = min(self.max_attempts, len(pods))
+        status_retry_left = 1
+        last_error = "no pod was tried"
+        for i in range(attempts):
+            pod = pods[i]
+            has_next = i + 1 < attempts
+            self.dispatcher.dispatched(pick, pod)
+            outcome = FAILED
+            committed = False
+            try:
+                with tracer.start_as_current_span("gateway.forward") as span:
+                    span.set_attribute("fleetgate.pod", pod.name)
+                    span.set_attribute("fleetgate.attempt", i + 1)
+                    t0 = time.monotonic()
+                    req = self.client.build_request(
+                        "POST", pod.endpoint.url + path, content=body, headers=headers
+                    )
+                    try:
+                        resp = await self.client.send(req, stream=True)
+                    except _NOT_ANSWERED as exc:
+                        last_error = f"{pod.name}: {type(exc).__name__}"
+                        span.set_attribute("fleetgate.error", last_error)
+                        self.metrics.retries.labels("connect").inc()
+                        log.info("pod %s did not answer (%s); trying the next pod", pod.name, exc)
+                        continue
+                    try:
+                        span.set_attribute("http.status_code", resp.status_code)
+                        if _retryable_status(resp.status_code) and has_next and status_retry_left > 0:
+                            status_retry_left -= 1
+                            last_error = f"{pod.name}: HTTP {resp.status_code}"
+                            self.metrics.retries.labels("status").inc()
+                            log.info(
+                                "pod %s answered %d; retrying on another pod", pod.name, resp.status_code
+                            )
+                            continue
+                        committed = True
+                        outcome = await self._relay(resp, pod, send, t0)
+                        return
+                    finally:
+                        await resp.aclose()
+            except asyncio.CancelledError:
+                outcome, committed = CANCELLED, True
+                raise
+            finally:
+                self.dispatcher.finished(pod)
+                if committed or not has_next:
+                    self.metrics.request_done(pod.name, pick.profile, outcome)
+        raise NoPodAnswered(
+            503,
+            f"No model server could take the request after {attempts} attempt(s) ({last_error}).",
+            code="upstream_unavailable",
+        )
+
+    async def _relay(self, resp: httpx.Response, pod: PodState, send: Send, t0: float) -> str:
+        """Stream the pod's response to the client; returns the outcome label."""
+        await send(
+            {
+                "type": "http.response.start",
+                "status": resp.status_code,
+                "headers": downstream_response_headers(
+                    resp.headers.raw, pod.name if self.debug_headers else None
+                ),
+            }
+        )
+        first = True
+        is_sse = resp.headers.get("content-type", "").startswith("text/event-stream")
+        try:
+            async for chunk in resp.aiter_raw():
+                if first:
+                    self.metrics.ttft.labels(pod.name).observe(time.monotonic() - t0)
+                    first = False
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except httpx.TransportError as exc:
+            # Bytes already reached the client: no retry possible. Close the stream visibly.
+            log.warning("stream from pod %s broke after the first byte: %s", pod.name, exc)
+            if not is_sse:
+                raise
+            err = OpenAIError(
+                502, f"The model server stream broke: {type(exc).__name__}", code="upstream_error"
+            )
+            payload = b"data: " + err.body_bytes() + b"\n\ndata: [DONE]\n\n"
+            await send({"type": "http.response.body", "body": payload, "more_body": False})
+            return FAILED
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return OK if resp.status_code < 400 else UPSTREAM_ERROR

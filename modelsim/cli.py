@@ -1,0 +1,169 @@
+"""`fleetgate sim`: serve N simulated pods (or a heterogeneous list from a YAML file)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+import msgspec
+
+from common.config.loader import ConfigError, load_config
+from modelsim.faults import MODES, FaultError
+from modelsim.fleet import PodSpec, SimFleet
+from modelsim.profiles import PROFILES
+
+log = logging.getLogger("modelsim")
+
+
+class PodSpecEntry(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
+    """One pod in a --pod-spec file (camelCase, like every Fleetgate config file)."""
+
+    profile: str = "h100-llama3-8b"
+    model: str = "meta-llama/Llama-3.1-8B-Instruct"
+    adapters: list[str] = []
+    preload_adapters: list[str] = []
+    max_lora: int = 4
+    metrics_format: str = "vllm"
+    seed: int | None = None
+    time_scale: float | None = None
+    kv_capacity_tokens: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    lora_load_s: float | None = None
+    enable_prefix_caching: bool = True
+    fault: str | None = None
+    replicas: int = 1
+
+
+class PodSpecFile(msgspec.Struct, forbid_unknown_fields=True):
+    pods: list[PodSpecEntry]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pods", type=int, default=1, help="number of identical pods (ignored with --pod-spec)")
+    p.add_argument(
+        "--base-port", type=int, default=8000, help="pod i listens on base-port + i (0: ephemeral)"
+    )
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--profile", default="h100-llama3-8b", choices=sorted(PROFILES))
+    p.add_argument("--model", default="meta-llama/Llama-3.1-8B-Instruct")
+    p.add_argument("--adapters", default="", help="comma-separated LoRA adapter names every pod knows")
+    p.add_argument("--preload", default="", help="comma-separated adapters resident at start")
+    p.add_argument("--max-lora", type=int, default=4)
+    p.add_argument("--metrics-format", default="vllm", choices=["vllm", "sglang", "tgi"])
+    p.add_argument("--seed", type=int, default=0, help="pod i uses seed + i")
+    p.add_argument("--time-scale", type=float, default=1.0, help=">1 slows every duration uniformly")
+    p.add_argument("--kv-capacity-tokens", type=int, default=None)
+    p.add_argument("--max-num-seqs", type=int, default=None)
+    p.add_argument(
+        "--pod-spec", default=None, help="YAML file: {pods: [{profile, model, adapters, replicas,...}]}"
+    )
+    p.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="I:MODE",
+        help=f"start pod I with a fault ({'|'.join(MODES)}); repeatable",
+    )
+    p.add_argument("--log-level", default="info")
+
+
+def _csv(s: str) -> list[str]:
+    return [x.strip() for x in s.split(",") if x.strip()]
+
+
+def build_specs(args: argparse.Namespace) -> list[PodSpec]:
+    if args.pod_spec:
+        spec_file = load_config(args.pod_spec, PodSpecFile)
+        specs: list[PodSpec] = []
+        for i, e in enumerate(spec_file.pods):
+            if e.replicas < 1:
+                raise ConfigError(f"{args.pod_spec}: field `pods[{i}].replicas`: must be >= 1")
+            for _ in range(e.replicas):
+                specs.append(
+                    PodSpec(
+                        profile=e.profile,
+                        model=e.model,
+                        adapters=list(e.adapters),
+                        preload_adapters=list(e.preload_adapters),
+                        max_lora=e.max_lora,
+                        metrics_format=e.metrics_format,  # type: ignore[arg-type]
+                        seed=e.seed if e.seed is not None else args.seed + len(specs),
+                        time_scale=e.time_scale if e.time_scale is not None else args.time_scale,
+                        kv_capacity_tokens=e.kv_capacity_tokens,
+                        max_num_seqs=e.max_num_seqs,
+                        max_num_batched_tokens=e.max_num_batched_tokens,
+                        lora_load_s=e.lora_load_s,
+                        enable_prefix_caching=e.enable_prefix_caching,
+                        fault=e.fault,
+                    )
+                )
+    else:
+        if args.pods < 1:
+            raise ConfigError("--pods: must be >= 1")
+        adapters = _csv(args.adapters)
+        preload = _csv(args.preload)
+        specs = [
+            PodSpec(
+                profile=args.profile,
+                model=args.model,
+                adapters=adapters + [a for a in preload if a not in adapters],
+                preload_adapters=preload,
+                max_lora=args.max_lora,
+                metrics_format=args.metrics_format,
+                seed=args.seed + i,
+                time_scale=args.time_scale,
+                kv_capacity_tokens=args.kv_capacity_tokens,
+                max_num_seqs=args.max_num_seqs,
+            )
+            for i in range(args.pods)
+        ]
+    for f in args.fault:
+        idx, _, mode = f.partition(":")
+        if not idx.isdigit() or int(idx) >= len(specs):
+            raise ConfigError(f"--fault {f!r}: expected I:MODE with 0 <= I < {len(specs)}")
+        specs[int(idx)].fault = mode
+    for i, s in enumerate(specs):
+        try:
+            s.validate()
+        except (ValueError, FaultError) as exc:
+            raise ConfigError(f"pod {i}: {exc}") from None
+    return specs
+
+
+async def _serve(fleet: SimFleet) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await fleet.start()
+    for pod in fleet.pods:
+        s = pod.spec
+        adapters = f" adapters={','.join(s.adapters)}" if s.adapters else ""
+        fault = f" fault={s.fault}" if s.fault else ""
+        print(
+            f"modelsim pod {pod.index} listening on {pod.url} "
+            f"(profile={s.profile} model={s.model} metrics={s.metrics_format}{adapters}{fault})",
+            flush=True,
+        )
+    await stop.wait()
+    await fleet.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        specs = build_specs(args)
+        fleet = SimFleet(specs, host=args.host, base_port=args.base_port)
+    except (ConfigError, ValueError) as exc:
+        print(f"fleetgate sim: {exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(_serve(fleet))
+    except OSError as exc:
+        print(f"fleetgate sim: cannot listen: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -93,6 +93,7 @@ class Reflector:
         self._t = timings or WatchTimings()
         self.resource_version: str | None = None
         self.relists = 0  # how many times the full state was (re)read
+        self._events_since_list = 0
 
     async def run(self) -> NoReturn:
         while True:
@@ -135,6 +136,7 @@ class Reflector:
                 items, rv = await asyncio.to_thread(self._list_fn)
         self.relists += 1
         self.resource_version = rv
+        self._events_since_list = 0
         self._on_list(items)
 
     def _watch_kwargs_now(self) -> dict[str, Any]:
@@ -208,5 +210,6 @@ class Reflector:
         rv = (obj.get("metadata") or {}).get("resourceVersion") if isinstance(obj, dict) else None
         if rv:
             self.resource_version = rv
+        self._events_since_list += 1
         if etype in ("ADDED", "MODIFIED", "DELETED") and isinstance(obj, dict):
             self._on_event(etype, obj)

@@ -35,7 +35,11 @@ async def test_static_pool_is_set_once_then_source_idles() -> None:
     first = by_name["http://127.0.0.1:8001"]
     assert (first.address, first.port, first.engine, dict(first.labels)) == ("127.0.0.1", 8001, None, {})
     second = by_name["http://10.1.2.3:9000"]
-    assert (second.engine, dict(second.labels), second.url) == ("sglang", {"zone": "a"}, "http://10.1.2.3:9000")
+    assert (second.engine, dict(second.labels), second.url) == (
+        "sglang",
+        {"zone": "a"},
+        "http://10.1.2.3:9000",
+    )
     assert by_name["http://model-b.local:8000"].engine is None
     version = pool.version
     await asyncio.sleep(0.05)

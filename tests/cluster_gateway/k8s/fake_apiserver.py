@@ -40,6 +40,7 @@ class RecordedRequest:
     query: dict[str, str]
     body: Any = None
     content_type: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
     at: float = field(default_factory=time.monotonic)
 
 
@@ -201,8 +202,8 @@ class FakeApiServer:
         return self.objects.get((collection, namespace, name))
 
     def compact(self) -> None:
-        """Forget history: every resourceVersion issued so far becomes too old to watch from."""
-        self.compacted_rv = self.rv + 1
+        """Forget history: every resourceVersion before the current one becomes too old to watch from."""
+        self.compacted_rv = self.rv
         self.log.clear()
 
     def bookmark(self) -> None:
@@ -266,7 +267,9 @@ class FakeApiServer:
                 break
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
         body = json.loads(body_bytes) if body_bytes else None
-        self.requests.append(RecordedRequest(method, path, query, body, headers.get("content-type", "")))
+        self.requests.append(
+            RecordedRequest(method, path, query, body, headers.get("content-type", ""), headers)
+        )
         if self.fail_next:
             code = self.fail_next.pop(0)
             await self._json(send, code, _status(code, "InternalError", f"injected failure {code}"))
@@ -278,7 +281,7 @@ class FakeApiServer:
         collection, namespace, name, sub = route
         if method == "GET" and name is None:
             if query.get("watch") == "true":
-                await self._watch(send, collection, namespace, query)
+                await self._watch(receive, send, collection, namespace, query)
             else:
                 await self._list(send, collection, namespace, query)
         elif method == "GET" and sub is None:
@@ -336,7 +339,9 @@ class FakeApiServer:
             {"kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": str(self.rv)}, "items": items},
         )
 
-    async def _watch(self, send: Send, collection: str, namespace: str, query: dict[str, str]) -> None:
+    async def _watch(
+        self, receive: Receive, send: Send, collection: str, namespace: str, query: dict[str, str]
+    ) -> None:
         await send(
             {
                 "type": "http.response.start",
@@ -368,6 +373,7 @@ class FakeApiServer:
             and self._matches(w.collection, namespace, w.label_selector, w.field_name, coll, obj)
         ]
         self._watchers.add(w)
+        disconnected = asyncio.ensure_future(receive())  # only `http.disconnect` can arrive now
         deadline = time.monotonic() + float(query.get("timeoutSeconds") or 3600)
         try:
             for etype, obj in backlog:
@@ -376,10 +382,14 @@ class FakeApiServer:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
-                try:
-                    item = await asyncio.wait_for(w.queue.get(), remaining)
-                except TimeoutError:
-                    break
+                getter = asyncio.ensure_future(w.queue.get())
+                done, _ = await asyncio.wait(
+                    {getter, disconnected}, timeout=remaining, return_when="FIRST_COMPLETED"
+                )
+                if getter not in done:
+                    getter.cancel()
+                    break  # the server's timeout, or the client went away
+                item = getter.result()
                 if item is _DROP_CLEAN:
                     break
                 if item is _DROP_ABRUPT:
@@ -390,6 +400,9 @@ class FakeApiServer:
                 await event(etype, obj)
         finally:
             self._watchers.discard(w)
+            disconnected.cancel()
+        if disconnected.done() and not disconnected.cancelled():
+            return
         await send({"type": "http.response.body", "body": b""})
 
     async def _patch_status(

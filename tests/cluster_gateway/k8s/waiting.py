@@ -7,11 +7,11 @@ import time
 from collections.abc import Callable
 
 
-async def eventually(condition: Callable[[], bool], timeout: float = 1.0, what: str = "condition") -> float:
-    """Wait until `condition()` holds; return how long it took, fail the test after `timeout`."""
+async def eventually(condition: Callable[[], bool], within: float = 1.0, what: str = "condition") -> float:
+    """Wait until `condition()` holds; return how long it took, fail the test after `within` seconds."""
     start = time.monotonic()
     while not condition():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"{what} did not happen within {timeout}s")
+        if time.monotonic() - start > within:
+            raise AssertionError(f"{what} did not happen within {within}s")
         await asyncio.sleep(0.005)
     return time.monotonic() - start

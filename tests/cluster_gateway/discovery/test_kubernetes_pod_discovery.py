@@ -107,9 +107,8 @@ async def test_unchanged_pod_updates_do_not_churn_the_pool(
         pod["status"]["conditions"].append({"type": "ContainersReady", "status": "True"})
         apiserver.put_pod(pod)  # a status heartbeat that changes nothing we use
         assert source.pod_reflector is not None
-        await eventually(
-            lambda: source.pod_reflector.resource_version == str(apiserver.rv), 1.0, "event seen"
-        )  # type: ignore[union-attr]
+        reflector: Reflector = source.pod_reflector
+        await eventually(lambda: reflector.resource_version == str(apiserver.rv), 1.0, "event seen")
         assert pool.version == version
 
 

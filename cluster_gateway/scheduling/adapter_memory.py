@@ -1,0 +1,48 @@
+"""Which LoRA adapters this gateway recently sent to which pod.
+
+The engine reports an adapter as running only while a request uses it, and only at the next scrape.
+Between scrapes (and shortly after a request ends, while the adapter is still in the GPU's LoRA
+slots) the gateway's own memory is the better signal: keeping an adapter's burst on the pod that
+just loaded it avoids loading it on a second pod and evicting something there.
+"""
+
+from __future__ import annotations
+
+
+class AdapterMemory:
+    """pod → adapter → monotonic time of the last dispatch; entries expire after `ttl_s`."""
+
+    def __init__(self, ttl_s: float = 2.0, max_per_pod: int = 64) -> None:
+        self.ttl_s = ttl_s
+        self.max_per_pod = max_per_pod
+        self._seen: dict[str, dict[str, float]] = {}
+        self._adapters: dict[str, float] = {}  # adapter → last dispatch anywhere
+
+    def record(self, pod_name: str, adapter: str, now: float) -> None:
+        per_pod = self._seen.setdefault(pod_name, {})
+        per_pod.pop(adapter, None)
+        per_pod[adapter] = now
+        if len(per_pod) > self.max_per_pod:
+            del per_pod[next(iter(per_pod))]
+        self._adapters[adapter] = now
+        if len(self._adapters) > 16 * self.max_per_pod:
+            cutoff = now - self.ttl_s
+            self._adapters = {a: t for a, t in self._adapters.items() if t >= cutoff}
+
+    def recent(self, pod_name: str, adapter: str, now: float) -> bool:
+        per_pod = self._seen.get(pod_name)
+        if not per_pod:
+            return False
+        t = per_pod.get(adapter)
+        return t is not None and now - t <= self.ttl_s
+
+    def known_adapter(self, adapter: str, now: float) -> bool:
+        t = self._adapters.get(adapter)
+        return t is not None and now - t <= self.ttl_s
+
+    def remove_pod(self, pod_name: str) -> None:
+        self._seen.pop(pod_name, None)
+
+    def retain_pods(self, names: set[str]) -> None:
+        for name in [n for n in self._seen if n not in names]:
+            del self._seen[name]

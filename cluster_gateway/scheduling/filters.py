@@ -1,0 +1,99 @@
+"""Filters narrow the candidate pods. None of them may leave traffic stuck on a technicality:
+stale metrics degrade to in-flight-only routing, and saturation fails open (flagging the result)."""
+
+from __future__ import annotations
+
+from cluster_gateway.pool import PodState
+from cluster_gateway.scheduling.types import SchedulingContext
+from common.errors import not_found_model
+
+
+class ModelFilter:
+    """Pods that serve the requested model or adapter.
+
+    A pod whose model list has not been fetched yet (it just joined) is assumed to serve the base
+    models its peers serve, so scale-up capacity takes traffic at once; when no pod's list is known
+    (gateway cold start) every pod is a candidate and the pod itself answers for the model.
+    """
+
+    name = "model"
+
+    def filter(self, ctx: SchedulingContext, pods: list[PodState]) -> list[PodState]:
+        model = ctx.request.model
+        out = [p for p in pods if model in p.models]
+        if len(out) < len(pods):
+            unknown = [p for p in pods if not p.models]
+            if unknown and (len(unknown) == len(pods) or model in _peer_base_models(pods)):
+                out.extend(unknown)
+        if not out:
+            raise not_found_model(model)
+        return out
+
+
+def _peer_base_models(pods: list[PodState]) -> set[str]:
+    """Models listed by pods, minus those any engine reports as a LoRA adapter."""
+    models: set[str] = set()
+    adapters: set[str] = set()
+    for p in pods:
+        models.update(p.models)
+        m = p.metrics
+        if m is not None:
+            adapters.update(m.running_adapters)
+            adapters.update(m.waiting_adapters)
+    return models - adapters
+
+
+class HealthyFilter:
+    """Drops pods known dead: their last `dead_after_failures` scrapes in a row failed."""
+
+    name = "healthy"
+
+    def filter(self, ctx: SchedulingContext, pods: list[PodState]) -> list[PodState]:
+        dead = ctx.dead_after_failures
+        return [p for p in pods if p.consecutive_failures < dead]
+
+
+class FreshFilter:
+    """Pods whose metrics are recent enough to trust (and whose last scrape succeeded).
+
+    When only a minority of responding pods is fresh (e.g. the scraper lags under CPU pressure), the
+    merely late ones are kept too, so the few fresh pods do not absorb the whole load. When no pod is
+    fresh, routing continues on in-flight counts alone (`ctx.degraded`) instead of stalling.
+    """
+
+    name = "fresh"
+
+    def filter(self, ctx: SchedulingContext, pods: list[PodState]) -> list[PodState]:
+        oldest = ctx.now - ctx.staleness_s
+        ok = [p for p in pods if p.metrics is not None and not p.stale and p.consecutive_failures == 0]
+        fresh = [p for p in ok if p.metrics is not None and p.metrics.scraped_at >= oldest]
+        if fresh:
+            return fresh if len(fresh) * 2 >= len(ok) else ok
+        ctx.degraded = True
+        return ok or pods
+
+
+class SaturationFilter:
+    """Drops pods at or over the profile's queue or KV threshold; fails open if that is all of them.
+
+    Thresholds apply to what the engine reported (TGI has no KV gauge: queue only). Pods without
+    metrics are not judged. When metrics are untrustworthy (`ctx.degraded`) nothing is filtered and
+    the result is not flagged saturated, so stale scrapes never make the gateway hold traffic back.
+    """
+
+    name = "saturation"
+
+    def filter(self, ctx: SchedulingContext, pods: list[PodState]) -> list[PodState]:
+        if ctx.degraded:
+            return pods
+        qd = ctx.profile.queue_depth
+        kvt = ctx.profile.kv_usage
+        out = []
+        for p in pods:
+            m = p.metrics
+            if m is None or (m.waiting < qd and (m.kv_usage is None or m.kv_usage < kvt)):
+                out.append(p)
+        if not out:
+            ctx.saturated = True
+            return pods
+        return out

@@ -1,0 +1,223 @@
+"""Scorers rate every candidate pod in [0, 1] (higher is better); a profile weights and sums them.
+
+They are written as whole-list passes (one comprehension per signal) because at 1000 pods the
+per-pod Python overhead, not the arithmetic, is what a decision costs.
+
+The reference picker's weaknesses these address: its queue signal is the waiting queue of the last
+scrape, so a burst between scrapes lands on the one pod that looked idle (`queue` adds what this
+gateway dispatched since, `inflight` what it has outstanding); and its prefix affinity is undamped,
+so a hot shared prompt piles onto one pod (`prefix` fades affinity as that pod's queue builds).
+`queue_waiting`, `kv_raw` and `prefix_raw` are the reference shapes, kept for the baseline profile.
+"""
+
+from __future__ import annotations
+
+from cluster_gateway.pool import PodState
+from cluster_gateway.scheduling.types import SchedulingContext
+
+NEUTRAL = 0.5  # for a signal a pod does not report (TGI has no KV or LoRA gauges)
+
+
+def _min_max_lower_better(values: list[int] | list[float], min_span: float) -> list[float]:
+    """Min-max normalised, lower is better, over a span of at least `min_span`.
+
+    Plain min-max turns "0 vs 1 queued" into a full point, as loud as "0 vs 50", so a single
+    queued request could outvote a resident LoRA adapter or a cached prefix. The floor keeps small
+    differences small while still ranking them.
+    """
+    lo = min(values)
+    hi = max(values)
+    if hi == lo:
+        return [1.0] * len(values)
+    span = float(max(hi - lo, min_span))
+    return [1.0 - (v - lo) / span for v in values]
+
+
+INFLIGHT_MIN_SPAN = 8.0
+LOAD_MIN_SPAN = 8.0
+
+
+class QueueScorer:
+    """Estimated queue = waiting at the last scrape + dispatched by this gateway since; min-max."""
+
+    name = "queue"
+
+    def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
+        return _min_max_lower_better(ctx.est_queue(pods), ctx.profile.queue_depth)
+
+
+class WaitingQueueScorer:
+    """Reference shape: the waiting queue of the last scrape only, min-max normalised."""
+
+    name = "queue_waiting"
+
+    def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
+        return _min_max_lower_better([p.metrics.waiting if p.metrics is not None else 0 for p in pods], 0.0)
+
+
+class LoadScorer:
+    """Everything on the pod (running + waiting + dispatched since the scrape), min-max.
+
+    The queue alone is 0 on every pod that still has batch room; this separates a pod decoding 3
+    sequences from one decoding 200, which matters for inter-token latency and prefill interference.
+    """
+
+    name = "load"
+
+    def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
+        q = ctx.est_queue(pods)
+        return _min_max_lower_better(
+            [(p.metrics.running if p.metrics is not None else 0) + e for p, e in zip(pods, q, strict=True)],
+            LOAD_MIN_SPAN,
+        )
+
+
+class InflightScorer:
+    """Requests this gateway has outstanding on each pod, min-max: live, unlike scraped metrics."""
+
+    name = "inflight"
+
+    def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
+        return _min_max_lower_better([p.inflight for p in pods], INFLIGHT_MIN_SPAN)
+
+
+class KVCacheScorer:
+    """KV headroom, projected: the last scraped usage plus the prompts dispatched since then.
+
+    The projection needs the pod's cache size (`cache_config_info`); without it, the scraped usage.
+    Pods without a KV gauge (TGI) score neutral.
+    """
+
+    name = "kv_cache"
+
+    def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
+        tokens = ctx.request.prompt_tokens  # this prompt stands in for the ones dispatched since the scrape
+        out = []
+        for p in pods:
+            m = p.metrics
+            if m is None or m.kv_usage is None:
+                out.append(NEUTRAL)
+                continue
+            kv = m.kv_usage
+            d = p.dispatched_since_scrape
+            if d and m.num_gpu_blocks and m.block_size:
+                kv += d * tokens / (m.num_gpu_blocks * m.block_size)
+            out.append(1.0 - kv if kv < 1.0 else 0.0)
+        return out
+
+
+class RawKVCacheScorer:
+    """Reference shape: 1 - scraped KV usage."""
+
+    name = "kv_raw"
+
+    def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
+        out = []
+        for p in pods:
+            m = p.metrics
+            kv = m.kv_usage if m is not None else None
+            out.append(NEUTRAL if kv is None else max(0.0, 1.0 - kv))
+        return out
+
+
+class PrefixScorer:
+    """Share of the prompt's blocks a pod likely caches, faded by that pod's load.
+
+    Affinity is worth a prefill skipped, but not a queue: it falls linearly with the pod's estimated
+    queue and is gone at twice the saturation depth, and a pod over the KV threshold (about to evict
+    the very blocks we want) gets none. So a hot shared prompt spreads to a second pod once the first
+    is busy, and the second then holds the prefix too.
+    """
+
+    name = "prefix"
+
+    def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
+        n = len(pods)
+        matches = ctx.prefix_matches()
+        if not matches:
+            return [0.0] * n
+        total = len(ctx.block_hashes())
+        fade = 1.0 / (2.0 * ctx.profile.queue_depth)
+        kvt = ctx.profile.kv_usage
+        q = ctx.est_queue(pods)
+        out = [0.0] * n
+        get = matches.get
+        for i, p in enumerate(pods):
+            matched = get(p.endpoint.name)
+            if not matched:
+                continue
+            damp = 1.0 - q[i] * fade
+            m = p.metrics
+            if damp <= 0.0 or (m is not None and m.kv_usage is not None and m.kv_usage >= kvt):
+                continue
+            out[i] = damp * matched / total
+        return out
+
+
+class RawPrefixScorer:
+    """Reference shape: matched blocks / total blocks, however busy the pod is."""
+
+    name = "prefix_raw"
+
+    def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
+        matches = ctx.prefix_matches()
+        if not matches:
+            return [0.0] * len(pods)
+        total = len(ctx.block_hashes())
+        get = matches.get
+        return [get(p.endpoint.name, 0) / total for p in pods]
+
+
+class LoraScorer:
+    """LoRA affinity: resident (or just sent there by this gateway) 1.0, free slot 0.8, queued for it
+    0.6, must evict 0.0; 1.0 everywhere for a base-model request.
+
+    An adapter is recognised by an engine reporting it (running or waiting) somewhere in the pool; a
+    model nobody reports yet routes like a base model until the first scrape after it starts running.
+    That verdict is cached per model for `refresh_s`, not recomputed on every decision.
+    """
+
+    name = "lora"
+    refresh_s = 0.05
+
+    def __init__(self) -> None:
+        self._is_adapter: dict[str, tuple[float, bool]] = {}
+
+    def _is_adapter_now(self, ctx: SchedulingContext, pods: list[PodState]) -> bool:
+        model = ctx.request.model
+        hit = self._is_adapter.get(model)
+        if hit is not None and ctx.now - hit[0] <= self.refresh_s:
+            return hit[1]
+        found = False
+        for p in pods:
+            m = p.metrics
+            if m is not None and m.max_lora and (model in m.running_adapters or model in m.waiting_adapters):
+                found = True
+                break
+        if len(self._is_adapter) > 4096:
+            self._is_adapter.clear()
+        self._is_adapter[model] = (ctx.now, found)
+        return found
+
+    def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
+        model = ctx.request.model
+        if not self._is_adapter_now(ctx, pods):
+            return [1.0] * len(pods)
+        now = ctx.now
+        recent = ctx.adapters.recent
+        out = []
+        for p in pods:
+            m = p.metrics
+            if m is None or not m.max_lora:
+                out.append(NEUTRAL)
+            elif model in m.running_adapters:
+                out.append(1.0)
+            elif recent(p.endpoint.name, model, now):
+                out.append(1.0)  # we just sent it here: resident by the time this request runs
+            elif len(m.running_adapters) < m.max_lora:
+                out.append(0.8)
+            elif model in m.waiting_adapters:
+                out.append(0.6)
+            else:
+                out.append(0.0)
+        return out

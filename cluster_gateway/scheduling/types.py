@@ -1,0 +1,149 @@
+"""The scheduling contract: a request, the context a decision is made in, and the plug-in interfaces.
+
+A decision is filters (narrow the candidate pods) → scorers (each rates every candidate 0..1) →
+a weighted sum per routing profile → a picker (ranked choice with fallbacks). Plug-ins are looked up
+by name in `registry.py`, so profiles in config can name them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from cluster_gateway.pool import PodState
+from cluster_gateway.scheduling.prefix_index import block_hashes
+from common.openai_request import ParsedRequest
+from common.tokens import count_tokens
+
+if TYPE_CHECKING:
+    from cluster_gateway.scheduling.adapter_memory import AdapterMemory
+    from cluster_gateway.scheduling.prefix_index import PrefixIndex
+    from cluster_gateway.scheduling.profiles import ProfileSpec
+
+PROFILE_HEADER = "x-fleetgate-profile"
+OBJECTIVE_HEADER = "x-gateway-inference-objective"
+SHEDDABLE_HEADER = "x-fleetgate-sheddable"
+REQUEST_ID_HEADER = "x-request-id"
+_TRUE = frozenset({"true", "1", "yes", "on"})
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    """Case-insensitive lookup that works for plain dicts as well as header multidicts."""
+    v = headers.get(name)
+    if v is not None:
+        return v
+    for k, val in headers.items():
+        if k.lower() == name:
+            return val
+    return None
+
+
+@dataclass(slots=True)
+class LLMRequest:
+    model: str  # base model or a LoRA adapter name, as the client sent it
+    prompt_text: str
+    max_tokens: int | None
+    stream: bool
+    profile: str | None  # requested routing profile (validated by the scheduler; unknown → default)
+    sheddable: bool = False
+    request_id: str = ""
+    _hashes: tuple[int, ...] | None = field(default=None, repr=False, compare=False)
+    _hash_key: tuple[int, int] = field(default=(0, 0), repr=False, compare=False)
+    _tokens: int = field(default=-1, repr=False, compare=False)
+
+    @classmethod
+    def from_parsed(cls, parsed: ParsedRequest, headers: Mapping[str, str]) -> LLMRequest:
+        profile = _header(headers, PROFILE_HEADER) or _header(headers, OBJECTIVE_HEADER)
+        shed = (_header(headers, SHEDDABLE_HEADER) or "").strip().lower() in _TRUE
+        return cls(
+            model=parsed.model,
+            prompt_text=parsed.prompt_text,
+            max_tokens=parsed.max_tokens,
+            stream=parsed.stream,
+            profile=profile.strip() if profile and profile.strip() else None,
+            sheddable=shed,
+            request_id=_header(headers, REQUEST_ID_HEADER) or "",
+        )
+
+    def block_hashes(self, block_chars: int, max_blocks: int) -> tuple[int, ...]:
+        """Prefix-index block hashes, computed once per request (schedule and dispatch share them)."""
+        key = (block_chars, max_blocks)
+        if self._hashes is None or self._hash_key != key:
+            self._hashes = block_hashes(self.prompt_text, block_chars, max_blocks)
+            self._hash_key = key
+        return self._hashes
+
+    @property
+    def prompt_tokens(self) -> int:
+        if self._tokens < 0:
+            self._tokens = count_tokens(self.prompt_text)
+        return self._tokens
+
+
+@dataclass(slots=True)
+class SchedulingContext:
+    """Everything one decision needs; scorers share derived per-pod values through `memo`."""
+
+    request: LLMRequest
+    profile: ProfileSpec
+    now: float
+    staleness_s: float
+    dead_after_failures: int
+    prefix_index: PrefixIndex
+    block_chars: int
+    max_prefix_blocks: int
+    adapters: AdapterMemory
+    saturated: bool = False  # every candidate is saturated (the saturation filter failed open)
+    degraded: bool = False  # no candidate has fresh metrics: in-flight-only scoring
+    memo: dict[str, Any] = field(default_factory=dict)
+
+    def block_hashes(self) -> tuple[int, ...]:
+        return self.request.block_hashes(self.block_chars, self.max_prefix_blocks)
+
+    def prefix_matches(self) -> dict[str, int]:
+        m: dict[str, int] | None = self.memo.get("prefix_matches")
+        if m is None:
+            m = self.memo["prefix_matches"] = self.prefix_index.match(self.block_hashes())
+        return m
+
+    def est_queue(self, pods: list[PodState]) -> list[int]:
+        """Waiting requests at the last scrape plus what this gateway sent since (the burst guard)."""
+        q: list[int] | None = self.memo.get("est_queue")
+        if q is None:
+            q = self.memo["est_queue"] = [
+                (p.metrics.waiting if p.metrics is not None else 0) + p.dispatched_since_scrape for p in pods
+            ]
+        return q
+
+
+class Filter(Protocol):
+    name: str
+
+    def filter(self, ctx: SchedulingContext, pods: list[PodState]) -> list[PodState]: ...
+
+
+class Scorer(Protocol):
+    name: str
+
+    def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]: ...
+
+
+class Picker(Protocol):
+    name: str
+
+    def pick(self, ctx: SchedulingContext, scored: list[tuple[PodState, float]]) -> list[PodState]: ...
+
+
+@dataclass
+class ScheduleResult:
+    pods: list[PodState]  # ranked: [choice, fallback, ...], never empty
+    profile: str
+    saturated: bool  # every candidate is saturated: the caller may queue or shed
+    scores: dict[str, float]  # the chosen pod's score per scorer, plus "total"
+    degraded: bool = False  # decided without fresh metrics (in-flight only)
+    sheddable: bool = False  # the request (or its profile) may be shed first
+
+    @property
+    def pod(self) -> PodState:
+        return self.pods[0]

@@ -1,0 +1,67 @@
+"""A shared system prompt sticks to the pod caching it, but never at the cost of a saturated pod."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from cluster_gateway.pool import EndpointPool
+
+from .podfactory import add_pod, dispatch, get, req, scheduler
+
+SYSTEM = "You are a meticulous assistant for the ACME support desk. " * 40  # ~2400 chars
+
+
+def test_shared_system_prompt_sticks_to_the_pod_holding_its_prefix() -> None:
+    pool = EndpointPool()
+    for name in ("a", "b", "c", "d"):
+        add_pod(pool, name, running=4)
+    s = scheduler(pool)
+    warm = dispatch(pool, s, req(SYSTEM + "user: first question"))
+    p = pool.get(warm)
+    assert p is not None
+    p.inflight = p.dispatched_since_scrape = 0  # that request finished; a scrape came
+    res = s.schedule(req(SYSTEM + "user: a different question"))
+    assert res.pod.name == warm
+    assert res.scores["prefix"] > 0.9
+
+
+def test_prefix_does_not_win_over_a_saturated_pod() -> None:
+    pool = EndpointPool()
+    for name in ("a", "b", "c"):
+        add_pod(pool, name)
+    s = scheduler(pool)
+    warm = dispatch(pool, s, req(SYSTEM + "user: first"))
+    p = pool.get(warm)
+    assert p is not None and p.metrics is not None
+    p.inflight = p.dispatched_since_scrape = 0
+    p.metrics.waiting = 6  # at the saturation depth (5)
+    res = s.schedule(req(SYSTEM + "user: second"))
+    assert res.pod.name != warm
+    p.metrics.waiting = 0
+    p.metrics.kv_usage = 0.9  # over the KV threshold: it would evict the prefix anyway
+    assert s.schedule(req(SYSTEM + "user: third")).pod.name != warm
+
+
+def test_hot_prefix_spreads_once_its_pod_is_busy() -> None:
+    """Cache-aware routing must not pile a popular prompt onto one pod (the reference does)."""
+    pool = EndpointPool()
+    for i in range(4):
+        add_pod(pool, f"p{i}")
+    s = scheduler(pool)
+    picks = Counter(dispatch(pool, s, req(SYSTEM + f"user: question {n}")) for n in range(24))
+    assert len(picks) >= 2
+    assert max(picks.values()) <= 12
+
+
+def test_prefix_affinity_is_proportional_to_the_matched_share() -> None:
+    pool = EndpointPool()
+    add_pod(pool, "a")
+    add_pod(pool, "b")
+    s = scheduler(pool)
+    s.on_dispatch(req(SYSTEM[:640]), get(pool, "a"))
+    s.on_dispatch(req(SYSTEM[:1280]), get(pool, "b"))
+    res = s.schedule(req(SYSTEM[:1280]))
+    assert res.pod.name == "b"
+    assert res.scores["prefix"] == 1.0
+    ranked = {p.name for p in res.pods}
+    assert ranked == {"a", "b"}

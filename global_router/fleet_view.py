@@ -30,7 +30,12 @@ CapacityTypeName = Literal["spot", "on-demand"]
 
 @dataclass(frozen=True, slots=True)
 class ModelCapacity:
-    """One base model's aggregate in one cluster (see the proto's ModelCapacity for meanings)."""
+    """One base model's aggregate in one cluster (see the proto's ModelCapacity for meanings).
+
+    `adapters` holds every LoRA adapter the cluster can serve for this model (resident or loadable),
+    so "does this cluster serve adapter X" is `X in adapters`; `adapters_resident` is the subset
+    already loaded on some pod (for affinity: no load delay there).
+    """
 
     model: str
     ready_pods: int
@@ -42,6 +47,7 @@ class ModelCapacity:
     est_ttft_ms: float
     tokens_per_s: float
     headroom_requests: int
+    adapters_resident: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,10 +111,11 @@ def state_from_report(report: capacity_pb2.CapacityReport, received_at: float) -
             queued=m.queued,
             running=m.running,
             kv_headroom=min(1.0, max(0.0, m.kv_headroom)),
-            adapters=frozenset(m.adapters_resident),
+            adapters=frozenset(m.adapters_resident) | frozenset(m.adapters_available),
             est_ttft_ms=max(0.0, m.est_ttft_ms),
             tokens_per_s=max(0.0, m.tokens_per_second),
             headroom_requests=m.headroom_requests,
+            adapters_resident=frozenset(m.adapters_resident),
         )
         for m in report.models
     }

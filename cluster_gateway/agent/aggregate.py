@@ -1,0 +1,256 @@
+"""The pool, folded into one capacity report per base model for Tier 2. Pure: no I/O.
+
+Base models vs adapters. `/v1/models` ids carry no parent once in `PodState.models`, so the rule is:
+a name is an *adapter* if any engine in the pool reports it as a LoRA adapter (running or waiting in
+its metrics); every other name a pod lists is one of its *base models*. Each adapter a pod lists is
+attributed to that pod's base model(s). An adapter that no engine has loaded or queued yet is thus
+indistinguishable from a base model and is reported as a model of its own; Tier 2 still routes it
+correctly ("served" means listed as a model or an adapter) and it moves under its base model as soon
+as an engine reports it. A pod whose `/v1/models` is not known yet counts for the pool's base model
+when the pool has exactly one.
+
+Per base model, over its *ready* pods (fresh metrics: not stale, scraped within `maxStalenessMs`):
+saturated = waiting ≥ `saturation.queueDepth` or KV usage ≥ `saturation.kvUsage`; queued/running are
+sums; kv_headroom is the mean of (1 - KV usage) over pods with a KV gauge (TGI has none: then the
+share of unsaturated pods); adapters resident = the union of running adapters.
+
+Service model (see `ServiceModel`): a pod's concurrency C is what fits in its KV cache at the current
+per-request footprint (running / KV usage), or, idle or without a KV gauge, a default. Requests beyond
+the KV threshold wait; a waiting request starts when one of the C running requests finishes, and a
+request takes `mean_output_tokens / decode_tokens_per_s` seconds, so a pod serves C / S requests per
+second. A new request's TTFT on a pod = prefill + (queue ahead of it) / (service rate), and the
+cluster's estimate is that of its best unsaturated pod (the gateway picks the best pod). Headroom =
+requests the ready pods can still take before they saturate: room in KV below the threshold plus
+room in the queue below the depth threshold, minus requests dispatched since the last scrape.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from cluster_gateway.pool import EndpointPool, PodState
+from common.config.gateway import GatewaySpec, Saturation
+from common.proto.fleetgate.v1 import capacity_pb2
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceModel:
+    """Assumptions for TTFT/throughput estimates where the metrics say nothing (documented above)."""
+
+    prefill_ms: float = 80.0  # TTFT of a request that starts at once
+    decode_tokens_per_s: float = 40.0  # per running sequence
+    mean_output_tokens: float = 200.0
+    default_concurrency: int = 16  # idle pods and engines without a KV gauge (TGI)
+    max_concurrency: int = 1024  # clamp for the KV-derived estimate
+
+    @property
+    def service_s(self) -> float:
+        return self.mean_output_tokens / self.decode_tokens_per_s
+
+
+DEFAULT_SERVICE = ServiceModel()
+
+
+@dataclass(slots=True)
+class _PodView:
+    """What the report needs from one ready pod."""
+
+    waiting: int
+    running: int
+    kv_usage: float | None
+    running_adapters: frozenset[str]
+    dispatched: int
+    saturated: bool
+    concurrency: float
+    headroom: int
+    ttft_ms: float
+
+
+@dataclass(slots=True)
+class _ModelAgg:
+    pods: list[_PodView] = field(default_factory=list)
+    adapters_available: set[str] = field(default_factory=set)
+
+
+def default_saturation(spec: GatewaySpec) -> Saturation:
+    """The default routing profile's thresholds (Tier 1 and Tier 2 then agree on 'saturated')."""
+    profile = spec.scheduling.profiles.get(spec.scheduling.default_profile)
+    return profile.saturation if profile is not None else Saturation()
+
+
+def gateway_url(spec: GatewaySpec) -> str:
+    return spec.public_url or f"http://{spec.host}:{spec.port}"
+
+
+def is_ready(pod: PodState, max_staleness_s: float, now: float) -> bool:
+    return not pod.stale and pod.metrics is not None and pod.metrics_age(now) <= max_staleness_s
+
+
+def is_saturated(pod: PodState, saturation: Saturation) -> bool:
+    m = pod.metrics
+    if m is None:
+        return False
+    return m.waiting >= saturation.queue_depth or (
+        m.kv_usage is not None and m.kv_usage >= saturation.kv_usage
+    )
+
+
+def known_adapters(pods: Iterable[PodState]) -> set[str]:
+    names: set[str] = set()
+    for pod in pods:
+        if pod.metrics is not None:
+            names |= pod.metrics.running_adapters | pod.metrics.waiting_adapters
+    return names
+
+
+def _pod_view(pod: PodState, saturation: Saturation, svc: ServiceModel) -> _PodView:
+    m = pod.metrics
+    assert m is not None
+    kv = m.kv_usage
+    if kv is not None and kv > 0 and m.running > 0:
+        concurrency = min(float(svc.max_concurrency), max(1.0, m.running / kv))
+    else:
+        concurrency = float(svc.default_concurrency)
+    saturated = is_saturated(pod, saturation)
+    if saturated:
+        headroom = 0
+    else:
+        if kv is not None:
+            kv_room = max(0, math.floor(concurrency * saturation.kv_usage) - m.running)
+        else:
+            kv_room = max(0, svc.default_concurrency - m.running)
+        queue_room = max(0, saturation.queue_depth - 1 - m.waiting)
+        headroom = max(0, kv_room + queue_room - pod.dispatched_since_scrape)
+    # Requests ahead of a new one that cannot start at once: those waiting plus overflow of the
+    # requests dispatched since the scrape beyond the free running slots.
+    free_slots = max(0.0, concurrency * (saturation.kv_usage if kv is not None else 1.0) - m.running)
+    ahead = m.waiting + max(0.0, pod.dispatched_since_scrape - free_slots)
+    if m.waiting == 0 and ahead <= 0 and free_slots >= 1:
+        ttft_ms = svc.prefill_ms
+    else:
+        rate = concurrency / svc.service_s  # requests finished per second when busy
+        ttft_ms = svc.prefill_ms + (ahead + 1) / rate * 1000.0
+    return _PodView(
+        waiting=m.waiting,
+        running=m.running,
+        kv_usage=kv,
+        running_adapters=m.running_adapters,
+        dispatched=pod.dispatched_since_scrape,
+        saturated=saturated,
+        concurrency=concurrency,
+        headroom=headroom,
+        ttft_ms=ttft_ms,
+    )
+
+
+def _model_capacity(name: str, agg: _ModelAgg, svc: ServiceModel) -> capacity_pb2.ModelCapacity:
+    pods = agg.pods
+    resident: set[str] = set()
+    for p in pods:
+        resident |= p.running_adapters
+    with_kv = [p.kv_usage for p in pods if p.kv_usage is not None]
+    if with_kv:
+        kv_headroom = sum(1.0 - min(1.0, max(0.0, kv)) for kv in with_kv) / len(with_kv)
+    elif pods:
+        kv_headroom = sum(1 for p in pods if not p.saturated) / len(pods)
+    else:
+        kv_headroom = 0.0
+    unsaturated = [p.ttft_ms for p in pods if not p.saturated]
+    if unsaturated:
+        est_ttft = min(unsaturated)
+    elif pods:
+        est_ttft = min(p.ttft_ms for p in pods)
+    else:
+        est_ttft = 0.0  # no ready pod: ready_pods = 0 says it all
+    return capacity_pb2.ModelCapacity(
+        model=name,
+        ready_pods=len(pods),
+        saturated_pods=sum(1 for p in pods if p.saturated),
+        queued=sum(p.waiting for p in pods),
+        running=sum(p.running for p in pods),
+        kv_headroom=kv_headroom,
+        adapters_resident=sorted(resident),
+        adapters_available=sorted(agg.adapters_available | resident),
+        est_ttft_ms=est_ttft,
+        tokens_per_second=sum(p.running for p in pods) * svc.decode_tokens_per_s,
+        headroom_requests=sum(p.headroom for p in pods),
+    )
+
+
+def build_report(
+    spec: GatewaySpec,
+    pool: EndpointPool,
+    seq: int,
+    saturation: Saturation,
+    *,
+    service: ServiceModel = DEFAULT_SERVICE,
+    now: float | None = None,
+    wall_time: float | None = None,
+) -> capacity_pb2.CapacityReport:
+    """One report for the whole pool; `now` is monotonic (as `PodMetrics.scraped_at`)."""
+    now = time.monotonic() if now is None else now
+    pods = pool.pods()
+    adapters = known_adapters(pods)
+    bases_by_pod = {p.name: sorted(p.models - adapters) for p in pods}
+    all_bases = {b for bases in bases_by_pod.values() for b in bases}
+    sole_base = next(iter(all_bases)) if len(all_bases) == 1 else None
+    max_staleness_s = spec.scrape.max_staleness_ms / 1000.0
+
+    per_model: dict[str, _ModelAgg] = {name: _ModelAgg() for name in all_bases}
+    for pod in pods:
+        bases = bases_by_pod[pod.name] or ([sole_base] if sole_base and not pod.models else [])
+        if not bases or not is_ready(pod, max_staleness_s, now):
+            continue
+        view = _pod_view(pod, saturation, service)
+        listed_adapters = pod.models & adapters
+        for base in bases:
+            agg = per_model[base]
+            agg.pods.append(view)
+            agg.adapters_available |= listed_adapters
+
+    report = capacity_pb2.CapacityReport(
+        cluster_id=spec.cluster_id,
+        region=spec.region,
+        zone=spec.zone,
+        gateway_url=gateway_url(spec),
+        sequence=seq,
+        sent_at=_timestamp(time.time() if wall_time is None else wall_time),
+        models=[_model_capacity(name, per_model[name], service) for name in sorted(per_model)],
+        cost_per_gpu_hour=spec.capacity.cost_per_gpu_hour,
+        gpus=len(pods) * spec.capacity.gpus_per_pod,
+        capacity_type=(
+            capacity_pb2.CAPACITY_TYPE_SPOT
+            if spec.capacity.capacity_type == "spot"
+            else capacity_pb2.CAPACITY_TYPE_ON_DEMAND
+        ),
+        draining=spec.capacity.draining,
+    )
+    return report
+
+
+def significant_state(
+    pool: EndpointPool, saturation: Saturation, max_staleness_s: float, now: float | None = None
+) -> frozenset[tuple[str, bool, bool, frozenset[str]]]:
+    """What changes Tier 2's decisions: per pod, ready / saturated / served models. An agent sends
+    an early report when this differs from the value at its last report."""
+    now = time.monotonic() if now is None else now
+    return frozenset(
+        (
+            pod.name,
+            ready := is_ready(pod, max_staleness_s, now),
+            ready and is_saturated(pod, saturation),
+            pod.models,
+        )
+        for pod in pool.pods()
+    )
+
+
+def _timestamp(unix_s: float) -> Timestamp:
+    ts = Timestamp()
+    ts.FromNanoseconds(int(unix_s * 1e9))
+    return ts

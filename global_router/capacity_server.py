@@ -1,0 +1,199 @@
+"""The router's gRPC CapacityService: cluster agents stream reports in, directives flow back.
+
+Each stream is authenticated once (bearer token → the one cluster it may speak for); every report
+is validated, published to the fleet view and answered with a Directive carrying the ack, the
+report interval the router wants and whether an operator drained the cluster here. The standard
+gRPC health service runs on the same port. TLS is on when `tlsCertFile` and `tlsKeyFile` are set.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from prometheus_client import Counter as PromCounter
+from prometheus_client import Gauge
+
+from common.config.router import CapacityServer as CapacityServerConfig
+from common.proto.fleetgate.v1 import capacity_pb2, capacity_pb2_grpc
+from global_router.agent_auth import AgentAuthenticator, AuthError
+from global_router.fleet_view import FleetView, state_from_report
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "fleetgate.v1.CapacityService"
+
+REPORTS = PromCounter(
+    "fleetgate_capacity_reports_total",
+    "Capacity reports received by the router, by outcome",
+    ["result"],
+)
+STREAMS = Gauge("fleetgate_capacity_agent_streams", "Open agent report streams")
+
+
+class ReportError(ValueError):
+    """A report that cannot be used; the message goes back to the agent in the directive."""
+
+
+def validate_report(report: capacity_pb2.CapacityReport) -> None:
+    """Reject reports the selection logic could be misled by (bad URL, NaN, out-of-range)."""
+    url = urlsplit(report.gateway_url)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise ReportError(f"gateway_url {report.gateway_url!r} is not an http(s) URL")
+    if not math.isfinite(report.cost_per_gpu_hour) or report.cost_per_gpu_hour < 0:
+        raise ReportError("cost_per_gpu_hour must be a finite number >= 0")
+    names: set[str] = set()
+    for i, m in enumerate(report.models):
+        if not m.model:
+            raise ReportError(f"models[{i}].model is empty")
+        if m.model in names:
+            raise ReportError(f"models[{i}].model {m.model!r} is listed twice")
+        names.add(m.model)
+        if not (0.0 <= m.kv_headroom <= 1.0):  # also false for NaN
+            raise ReportError(f"models[{i}].kv_headroom must be within 0..1")
+        for name in ("est_ttft_ms", "tokens_per_second"):
+            value = getattr(m, name)
+            if not math.isfinite(value) or value < 0:
+                raise ReportError(f"models[{i}].{name} must be a finite number >= 0")
+        if m.saturated_pods > m.ready_pods:
+            raise ReportError(f"models[{i}].saturated_pods exceeds ready_pods")
+
+
+def _read(path: str, field: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"capacity.{field}: cannot read {path}: {exc.strerror}") from None
+
+
+class _Servicer(capacity_pb2_grpc.CapacityServiceServicer):
+    def __init__(self, owner: CapacityServer) -> None:
+        self._owner = owner
+
+    async def Report(
+        self,
+        request_iterator: AsyncIterator[capacity_pb2.CapacityReport],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[capacity_pb2.Directive]:
+        owner = self._owner
+        try:
+            cluster_id = owner.auth.authenticate(context.invocation_metadata())
+        except AuthError as exc:
+            REPORTS.labels("unauthenticated").inc()
+            log.warning("capacity: refused a stream from %s: %s", context.peer(), exc)
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+            return
+        owner._streams[cluster_id] += 1
+        STREAMS.inc()
+        log.info("capacity: agent for cluster %r connected from %s", cluster_id, context.peer())
+        last_seq = 0
+        try:
+            async for report in request_iterator:
+                if report.cluster_id != cluster_id:
+                    REPORTS.labels("forbidden").inc()
+                    log.warning(
+                        "capacity: agent of cluster %r tried to report for %r; stream closed",
+                        cluster_id,
+                        report.cluster_id,
+                    )
+                    await context.abort(
+                        grpc.StatusCode.PERMISSION_DENIED,
+                        f"this token may report only for cluster {cluster_id!r}",
+                    )
+                    return
+                message = ""
+                if report.sequence <= last_seq:
+                    REPORTS.labels("stale").inc()
+                    message = f"sequence {report.sequence} ignored: not after {last_seq}"
+                else:
+                    try:
+                        validate_report(report)
+                    except ReportError as exc:
+                        REPORTS.labels("invalid").inc()
+                        message = f"report {report.sequence} rejected: {exc}"
+                        log.warning("capacity: cluster %r: %s", cluster_id, message)
+                    else:
+                        last_seq = report.sequence
+                        await owner.fleet.publish(state_from_report(report, time.time()))
+                        REPORTS.labels("accepted").inc()
+                yield capacity_pb2.Directive(
+                    ack=capacity_pb2.Ack(sequence=last_seq),
+                    report_interval_ms=owner.cfg.report_interval_ms,
+                    drain=owner.fleet.router_drained(cluster_id),
+                    message=message,
+                )
+        finally:
+            owner._streams[cluster_id] -= 1
+            if owner._streams[cluster_id] <= 0:
+                del owner._streams[cluster_id]
+            STREAMS.dec()
+            log.info("capacity: agent for cluster %r disconnected", cluster_id)
+
+
+class CapacityServer:
+    """grpc.aio server for CapacityService plus grpc.health.v1 on one port."""
+
+    def __init__(self, cfg: CapacityServerConfig, fleet: FleetView) -> None:
+        self.cfg = cfg
+        self.fleet = fleet
+        self.auth = AgentAuthenticator(cfg.agents)
+        if (cfg.tls_cert_file is None) != (cfg.tls_key_file is None):
+            raise ValueError("capacity.tlsCertFile and capacity.tlsKeyFile must be set together")
+        self._server: grpc.aio.Server | None = None
+        self._health: health.aio.HealthServicer | None = None
+        self._streams: Counter[str] = Counter()
+        self.port: int | None = None
+
+    @property
+    def tls(self) -> bool:
+        return self.cfg.tls_cert_file is not None
+
+    def connected_clusters(self) -> list[str]:
+        """Clusters with at least one open report stream (HA gateways may hold several)."""
+        return sorted(self._streams)
+
+    async def start(self) -> int:
+        """Bind and serve; returns the bound port (config port 0 picks a free one)."""
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        capacity_pb2_grpc.add_CapacityServiceServicer_to_server(_Servicer(self), server)
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        host = f"[{self.cfg.host}]" if ":" in self.cfg.host else self.cfg.host
+        address = f"{host}:{self.cfg.port}"
+        if self.cfg.tls_cert_file is not None and self.cfg.tls_key_file is not None:
+            creds = grpc.ssl_server_credentials(
+                [(_read(self.cfg.tls_key_file, "tlsKeyFile"), _read(self.cfg.tls_cert_file, "tlsCertFile"))]
+            )
+            port = server.add_secure_port(address, creds)
+        else:
+            port = server.add_insecure_port(address)
+        if port == 0:
+            raise OSError(f"capacity server: cannot bind {address}")
+        await server.start()
+        for service in ("", SERVICE_NAME):
+            await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+        self._server, self._health, self.port = server, health_servicer, port
+        log.info(
+            "capacity server listening on %s:%d (gRPC%s, %d agent token(s))",
+            host,
+            port,
+            "+TLS" if self.tls else "",
+            len(self.auth),
+        )
+        return port
+
+    async def stop(self, grace: float = 1.0) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
+        await server.stop(grace)
+        log.info("capacity server stopped")

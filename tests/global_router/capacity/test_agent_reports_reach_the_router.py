@@ -1,0 +1,114 @@
+"""A real agent streams to a real grpc.aio CapacityServer on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from global_router.capacity_server import SERVICE_NAME, CapacityServer
+from global_router.fleet_view import MemoryFleetView
+from tests.agent.pools import add_pod
+from tests.global_router.capacity.helpers import (
+    running_agent,
+    running_server,
+    sample_pool,
+    server_config,
+    wait_for,
+)
+
+
+async def test_reports_arrive_in_the_fleet_view_and_are_acknowledged() -> None:
+    async with running_server() as (server, port, fleet):
+        pool = sample_pool()
+        async with running_agent(port, pool) as agent:
+            await wait_for(lambda: agent.connected and fleet.get("c-a") is not None, what="first report")
+            state = fleet.get("c-a")
+            assert state is not None
+            assert state.gateway_url == "http://c-a.example:8080"
+            assert state.region == "eu-west"
+            llama = state.models["llama"]
+            assert llama.ready_pods == 2 and llama.queued == 1 and llama.running == 5
+            assert "sql-lora" in llama.adapters and llama.adapters_resident == frozenset({"sql-lora"})
+            assert state.age() < 5
+            await wait_for(lambda: agent.last_acked >= state.seq, what="ack")
+            assert server.connected_clusters() == ["c-a"]
+        await wait_for(lambda: server.connected_clusters() == [], what="disconnect noticed")
+
+
+async def test_router_interval_directive_overrides_the_configured_interval() -> None:
+    async with (
+        running_server(interval_ms=100) as (_, port, fleet),
+        running_agent(port, sample_pool(), interval_ms=10_000) as agent,
+    ):
+        await wait_for(lambda: agent.interval_s == 0.1, what="interval directive")
+        first = fleet.get("c-a")
+        assert first is not None
+        await asyncio.sleep(1.0)
+        later = fleet.get("c-a")
+        assert later is not None
+        # at 100 ms a second ≈ 10 reports; generous margin for a contended CPU
+        assert later.seq - first.seq >= 4
+
+
+async def test_significant_change_triggers_an_early_report() -> None:
+    async with running_server(interval_ms=30_000) as (_, port, fleet):
+        pool = sample_pool()
+        async with running_agent(port, pool, interval_ms=30_000) as agent:
+            await wait_for(lambda: fleet.get("c-a") is not None, what="first report")
+            seq0 = fleet.get("c-a").seq  # type: ignore[union-attr]
+            add_pod(pool, "p2", models={"llama"}, waiting=9, running=3, kv=0.3)  # p2 saturates
+            t0 = time.monotonic()
+            await wait_for(
+                lambda: fleet.get("c-a").models["llama"].saturated_pods == 1,  # type: ignore[union-attr]
+                within=3.0,
+                what="early report after saturation",
+            )
+            assert time.monotonic() - t0 < 3.0  # long before the 30 s interval
+            assert fleet.get("c-a").seq > seq0  # type: ignore[union-attr]
+            assert agent.early_reports >= 1
+
+
+async def test_drain_set_at_the_router_reaches_the_agent() -> None:
+    seen: list[bool] = []
+    async with (
+        running_server(interval_ms=100) as (_, port, fleet),
+        running_agent(port, sample_pool(), on_drain=seen.append) as agent,
+    ):
+        await wait_for(lambda: agent.connected, what="connect")
+        assert agent.drain_requested is False
+        await fleet.set_router_drain("c-a", True)
+        await wait_for(lambda: agent.drain_requested, what="drain directive")
+        assert fleet.get("c-a").router_drain is True  # type: ignore[union-attr]
+        await fleet.set_router_drain("c-a", False)
+        await wait_for(lambda: not agent.drain_requested, what="undrain directive")
+        assert seen == [True, False]
+
+
+async def test_agent_reconnects_after_the_router_restarts() -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        first = CapacityServer(server_config(0, interval_ms=100), MemoryFleetView())
+        port = await first.start()
+        stack.push_async_callback(first.stop)
+        agent = await stack.enter_async_context(running_agent(port, sample_pool()))
+        await wait_for(lambda: agent.connected, what="connect")
+        await first.stop(grace=0.2)
+        await wait_for(lambda: not agent.connected, what="disconnect")
+        await asyncio.sleep(0.5)  # a few failed attempts while the router is down
+        async with running_server(port=port, interval_ms=100) as (_, _, fleet2):
+            t0 = time.monotonic()
+            await wait_for(lambda: fleet2.get("c-a") is not None, within=5.0, what="report after restart")
+            assert time.monotonic() - t0 < 5.0
+            assert agent.connected
+            assert agent.sessions >= 2
+
+
+async def test_health_service_reports_serving() -> None:
+    async with running_server() as (_, port, _), grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        for service in ("", SERVICE_NAME):
+            resp = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+            assert resp.status == health_pb2.HealthCheckResponse.SERVING

@@ -1,0 +1,111 @@
+{{/* Names and labels shared by every template. */}}
+{{- define "fgr.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "fgr.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "fgr.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "fgr.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "fgr.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "fgr.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: fleetgate
+app.kubernetes.io/component: global-router
+{{- end -}}
+
+{{- define "fgr.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "fgr.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "fgr.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "fgr.redisEnabled" -}}
+{{- if or .Values.redis.existingSecret .Values.redis.deploy.enabled .Values.config.redis -}}true{{- end -}}
+{{- end -}}
+
+{{- define "fgr.tenantsSecret" -}}
+{{- default (printf "%s-tenants" (include "fgr.fullname" .)) .Values.existingTenantsSecret -}}
+{{- end -}}
+
+{{- define "fgr.agentsSecret" -}}
+{{- default (printf "%s-agents" (include "fgr.fullname" .)) .Values.existingAgentsSecret -}}
+{{- end -}}
+
+{{/* The non-secret part of the router config: values plus the listen addresses. */}}
+{{- define "fgr.config" -}}
+{{- $cfg := deepCopy .Values.config -}}
+{{- $_ := set $cfg "host" "0.0.0.0" -}}
+{{- $_ := set $cfg "port" (int .Values.ports.http) -}}
+{{- $cap := default dict $cfg.capacity -}}
+{{- $_ := set $cap "host" "0.0.0.0" -}}
+{{- $_ := set $cap "port" (int .Values.ports.grpc) -}}
+{{- $_ := set $cfg "capacity" $cap -}}
+{{- $replicas := ternary .Values.autoscaling.maxReplicas .Values.replicaCount .Values.autoscaling.enabled -}}
+{{- if and (gt (int $replicas) 1) (not (include "fgr.redisEnabled" .)) -}}
+{{- fail "several router replicas need shared state: set redis.existingSecret (or redis.deploy.enabled for trials), or run replicaCount: 1 with autoscaling.enabled: false" -}}
+{{- end -}}
+{{- toYaml $cfg -}}
+{{- end -}}
+
+{{- define "fgr.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+privileged: false
+capabilities:
+  drop: [ALL]
+{{- end -}}
+
+{{- define "fgr.volumeMounts" -}}
+- name: base
+  mountPath: /etc/fleetgate/base
+  readOnly: true
+- name: tenants
+  mountPath: /etc/fleetgate/tenants
+  readOnly: true
+- name: agents
+  mountPath: /etc/fleetgate/agents
+  readOnly: true
+- name: run
+  mountPath: /run/fleetgate
+- name: tmp
+  mountPath: /tmp
+{{- end -}}
+
+{{/* The Redis URL reaches only the init container, from a Secret (or the trial Redis's Service). */}}
+{{- define "fgr.redisEnv" -}}
+{{- if .Values.redis.existingSecret -}}
+env:
+  - name: FLEETGATE_REDIS_URL
+    valueFrom:
+      secretKeyRef:
+        name: {{ .Values.redis.existingSecret }}
+        key: {{ .Values.redis.key }}
+{{- else if .Values.redis.deploy.enabled -}}
+env:
+  - name: FLEETGATE_REDIS_URL
+    value: {{ printf "redis://%s-redis:6379/0" (include "fgr.fullname" .) | quote }}
+{{- end -}}
+{{- end -}}

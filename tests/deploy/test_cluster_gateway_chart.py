@@ -1,0 +1,276 @@
+"""The cluster-gateway chart: metadata, values schema, least-privilege RBAC, hardened pods, and that
+what it renders is a config the gateway accepts and a CR the CRD accepts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from common.config import load_config_data
+from common.config.gateway import GatewaySpec
+from deploy.gen_crd import CRD_PATH, outputs
+from tests.deploy.charts import GATEWAY_CHART, RenderError, kinds, lint, notes, one, render
+from tests.deploy.k8s_schema import validator
+
+TEMPLATES = {
+    "_helpers.tpl",
+    "NOTES.txt",
+    "configmap.yaml",
+    "deployment.yaml",
+    "envoy-gateway.yaml",
+    "fleetgategateway.yaml",
+    "pdb.yaml",
+    "rbac.yaml",
+    "secret-agent-token.yaml",
+    "service.yaml",
+    "serviceaccount.yaml",
+    "servicemonitor.yaml",
+}
+LEAST_PRIVILEGE = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    {
+        "apiGroups": ["inference.networking.k8s.io"],
+        "resources": ["inferencepools"],
+        "verbs": ["get", "list", "watch"],
+    },
+    {"apiGroups": ["fleetgate.io"], "resources": ["fleetgategateways"], "verbs": ["get", "list", "watch"]},
+    {
+        "apiGroups": ["fleetgate.io"],
+        "resources": ["fleetgategateways/status"],
+        "verbs": ["get", "update", "patch"],
+    },
+]
+TOKEN = {"agentToken": {"existingSecret": "agent-token", "key": "token"}}
+ROUTER_LINK = {"globalRouter": {"address": "router.example.internal:50051"}}
+
+
+def _values() -> dict[str, Any]:
+    return yaml.safe_load((GATEWAY_CHART / "values.yaml").read_text())
+
+
+def _schema() -> dict[str, Any]:
+    return json.loads((GATEWAY_CHART / "values.schema.json").read_text())
+
+
+def _gateway_values(**spec: Any) -> dict[str, Any]:
+    gateway = _values()["gateway"]
+    gateway.update(spec)
+    return {"gateway": gateway}
+
+
+# --- static checks (always run) -------------------------------------------------------------------
+
+
+def test_chart_metadata() -> None:
+    chart = yaml.safe_load((GATEWAY_CHART / "Chart.yaml").read_text())
+    assert chart["apiVersion"] == "v2"
+    assert chart["name"] == GATEWAY_CHART.name
+    assert chart["type"] == "application"
+    assert chart["version"].count(".") == 2 and chart["appVersion"]
+    assert chart["kubeVersion"].startswith(">=1.28")
+    assert chart["description"]
+
+
+def test_every_template_is_present() -> None:
+    assert {p.name for p in (GATEWAY_CHART / "templates").iterdir()} == TEMPLATES
+
+
+def test_crd_in_chart_is_the_generated_one() -> None:
+    crds = list((GATEWAY_CHART / "crds").iterdir())
+    assert crds == [CRD_PATH]
+    assert CRD_PATH.read_text() == outputs()[CRD_PATH]
+
+
+def test_values_schema_is_fresh_from_the_config_structs() -> None:
+    path = GATEWAY_CHART / "values.schema.json"
+    assert path.read_text() == outputs()[path], "run `python -m deploy.gen_crd`"
+
+
+def test_default_values_validate_and_are_a_valid_gateway_config() -> None:
+    jsonschema.Draft7Validator(_schema()).validate(_values())
+    spec = load_config_data(_values()["gateway"], GatewaySpec, source="values.gateway")
+    assert spec.ext_proc.enabled and spec.host == "0.0.0.0"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"gateway": {"discovery": {"kubernetes": {}}, "port": 0}},
+        {"gateway": {"discovery": {"kubernetes": {}}, "scrape": {"engine": "triton"}}},
+        {"gateway": {"discovery": {"kubernetes": {}}, "bogus": 1}},
+        {"gateway": {"clusterId": "x"}},
+        {"service": {"type": "ExternalName"}},
+        {"envoyGateway": {"inferencePool": {"failureMode": "Maybe"}}},
+    ],
+    ids=["port", "engine", "unknown-field", "no-discovery", "service-type", "failure-mode"],
+)
+def test_bad_values_are_rejected_by_the_schema(bad: dict[str, Any]) -> None:
+    values = {**_values(), **bad}
+    assert list(jsonschema.Draft7Validator(_schema()).iter_errors(values))
+
+
+def test_role_template_grants_exactly_least_privilege() -> None:
+    """Parse the Role's static rules straight from the template (no renderer needed)."""
+    text = (GATEWAY_CHART / "templates" / "rbac.yaml").read_text()
+    first_role = text.split("---")[0]
+    rules_block = first_role[first_role.index("rules:") :]
+    static = "\n".join(line for line in rules_block.splitlines() if "{{" not in line)
+    assert yaml.safe_load(static)["rules"] == LEAST_PRIVILEGE
+    assert "kind: ClusterRole" not in text and "[secrets]" not in text and "*" not in text.replace("/*", "")
+
+
+# --- rendered with Helm's engine ------------------------------------------------------------------
+
+
+def test_chart_lints_clean() -> None:
+    assert lint(GATEWAY_CHART) == []
+
+
+def test_default_render_kinds_and_hardened_pod() -> None:
+    docs = render(GATEWAY_CHART)
+    assert kinds(docs) == sorted(
+        [
+            "ConfigMap",
+            "Deployment",
+            "FleetgateGateway",
+            "PodDisruptionBudget",
+            "Role",
+            "RoleBinding",
+            "Service",
+            "ServiceAccount",
+        ]
+    )
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    sc = container["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert container["args"] == ["gateway", "--config", "/etc/fleetgate/gateway.yaml"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "http"}
+    assert container["resources"]["requests"]["cpu"] == "500m"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"http": 8080, "grpc-ext-proc": 9002}
+    svc_ports = {p["name"]: p["port"] for p in one(docs, "Service")["spec"]["ports"]}
+    assert svc_ports == {"http": 8080, "grpc-ext-proc": 9002}
+
+
+def test_rendered_config_is_loadable_and_the_cr_passes_the_crd() -> None:
+    docs = render(GATEWAY_CHART, {**_gateway_values(**ROUTER_LINK), **TOKEN}, namespace="inference")
+    text = one(docs, "ConfigMap")["data"]["gateway.yaml"]
+    spec = load_config_data(yaml.safe_load(text), GatewaySpec, source="rendered gateway.yaml")
+    assert spec.discovery.kubernetes is not None and spec.discovery.kubernetes.namespace == "inference"
+    assert spec.global_router is not None and spec.global_router.address == "router.example.internal:50051"
+    cr = one(docs, "FleetgateGateway")
+    assert cr["spec"] == yaml.safe_load(text)
+    crd_schema = yaml.safe_load(CRD_PATH.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert list(validator(crd_schema).iter_errors(cr)) == []
+
+
+def test_rendered_rbac_is_least_privilege_in_the_release_namespace() -> None:
+    docs = render(GATEWAY_CHART, namespace="inference")
+    role = one(docs, "Role")
+    assert role["metadata"]["namespace"] == "inference"
+    assert role["rules"] == LEAST_PRIVILEGE
+    binding = one(docs, "RoleBinding")
+    assert binding["subjects"][0]["name"] == one(docs, "ServiceAccount")["metadata"]["name"]
+
+
+def test_discovery_in_another_namespace_gets_its_own_read_only_role() -> None:
+    values = _gateway_values(
+        discovery={"kubernetes": {"namespace": "models", "selector": {"matchLabels": {"a": "b"}}}}
+    )
+    docs = render(GATEWAY_CHART, values, namespace="fleetgate")
+    roles = {d["metadata"]["namespace"]: d["rules"] for d in docs if d["kind"] == "Role"}
+    assert roles == {"fleetgate": LEAST_PRIVILEGE[2:], "models": LEAST_PRIVILEGE[:2]}
+    assert len([d for d in docs if d["kind"] == "RoleBinding"]) == 2
+
+
+def test_static_discovery_needs_no_pod_access() -> None:
+    docs = render(
+        GATEWAY_CHART, _gateway_values(discovery={"static": {"endpoints": ["http://10.0.0.1:8000"]}})
+    )
+    assert one(docs, "Role")["rules"] == LEAST_PRIVILEGE[2:]
+
+
+def test_agent_token_comes_from_a_secret_never_from_the_config() -> None:
+    docs = render(GATEWAY_CHART, {**_gateway_values(**ROUTER_LINK), **TOKEN})
+    env = {e["name"]: e for e in one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["FLEETGATE_AGENT_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+        "name": "agent-token",
+        "key": "token",
+    }
+    assert "Secret" not in kinds(docs)  # an existing Secret is referenced, not created
+
+
+def test_trial_token_value_creates_the_secret() -> None:
+    docs = render(
+        GATEWAY_CHART, {**_gateway_values(**ROUTER_LINK), "agentToken": {"value": "s3cret", "key": "token"}}
+    )
+    secret = one(docs, "Secret")
+    assert secret["data"]["token"] == "czNjcmV0"
+    cm = one(docs, "ConfigMap")["data"]["gateway.yaml"]
+    assert "s3cret" not in cm
+
+
+def test_router_link_without_a_token_fails_with_a_clear_message() -> None:
+    with pytest.raises(RenderError, match=r"agentToken\.existingSecret"):
+        render(GATEWAY_CHART, _gateway_values(**ROUTER_LINK))
+
+
+def test_envoy_gateway_option_renders_an_inference_pool_picked_by_our_ext_proc() -> None:
+    values = {**_gateway_values(extProc={"enabled": False}), "envoyGateway": {"enabled": True}}
+    docs = render(GATEWAY_CHART, values, namespace="inference")
+    pool = one(docs, "InferencePool")
+    assert pool["apiVersion"] == "inference.networking.k8s.io/v1"
+    assert pool["spec"]["selector"] == {"matchLabels": {"app": "vllm"}}
+    assert pool["spec"]["targetPorts"] == [{"number": 8000}]
+    service = one(docs, "Service")
+    assert pool["spec"]["endpointPickerRef"] == {
+        "name": service["metadata"]["name"],
+        "port": {"number": 9002},
+        "failureMode": "FailOpen",
+    }
+    route = one(docs, "HTTPRoute")
+    (backend,) = route["spec"]["rules"][0]["backendRefs"]
+    assert backend == {
+        "group": "inference.networking.k8s.io",
+        "kind": "InferencePool",
+        "name": pool["metadata"]["name"],
+    }
+    assert route["spec"]["parentRefs"][0]["name"] == one(docs, "Gateway")["metadata"]["name"]
+    spec = load_config_data(yaml.safe_load(one(docs, "ConfigMap")["data"]["gateway.yaml"]), GatewaySpec)
+    assert spec.ext_proc.enabled, "the picker must be on when Envoy uses it"
+    assert spec.discovery.kubernetes is not None
+    assert spec.discovery.kubernetes.inference_pool == pool["metadata"]["name"]
+
+
+def test_service_monitor_is_optional() -> None:
+    assert "ServiceMonitor" not in kinds(render(GATEWAY_CHART))
+    docs = render(
+        GATEWAY_CHART, {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}}
+    )
+    sm = one(docs, "ServiceMonitor")
+    assert sm["spec"]["endpoints"][0]["path"] == "/metrics"
+    assert sm["metadata"]["labels"]["release"] == "prom"
+
+
+def test_helm_rejects_bad_values_through_the_schema() -> None:
+    with pytest.raises(RenderError, match="port"):
+        render(GATEWAY_CHART, _gateway_values(port=70000))
+
+
+def test_notes_tell_how_to_check_status() -> None:
+    assert "get fgw" in notes(GATEWAY_CHART)
+
+
+def test_examples_dir_is_not_inside_the_chart() -> None:
+    assert not (GATEWAY_CHART / "examples").exists()
+    assert Path(CRD_PATH).parent == GATEWAY_CHART / "crds"

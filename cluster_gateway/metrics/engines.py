@@ -1,0 +1,225 @@
+"""What each model-server engine exposes, and how it maps onto the engine-neutral `PodMetrics`.
+
+One `EngineMapping` per engine in the `ENGINES` registry: the metric names to read (fed to the
+targeted `common.promtext` reader, so a scrape parses only those lines), the names whose presence
+identifies the engine in a body of unknown origin, and the mapping itself.
+
+Multi-valued pods: queue/running counts are summed over samples (several `model_name` values, or
+several data-parallel `engine` ranks); usage fractions are averaged (a DP pod balances internally,
+so its mean usage is its headroom); block counts are summed over ranks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from cluster_gateway.pool import EngineType, PodMetrics
+from common.promtext import FamilyReader, Sample, reader_for
+
+Families = Mapping[str, list[Sample]]
+
+__all__ = [
+    "ENGINES",
+    "EngineMapping",
+    "MetricsMappingError",
+    "detect_engine",
+    "read_pod_metrics",
+]
+
+
+class MetricsMappingError(ValueError):
+    """The body lacks a required metric or holds an unusable value (the scrape counts as failed)."""
+
+
+class EngineMapping(Protocol):
+    engine: EngineType
+    wanted: frozenset[str]  # metric names this mapping reads
+    signature: frozenset[str]  # any of these present ⇒ the body comes from this engine
+
+    def to_metrics(self, families: Families, scraped_at: float) -> PodMetrics: ...
+
+
+# --- value helpers ---------------------------------------------------------------------------
+
+
+def _count(families: Families, name: str, *, required: bool = True) -> int:
+    samples = families.get(name)
+    if not samples:
+        if required:
+            raise MetricsMappingError(f"metric {name} missing from the body")
+        return 0
+    total = 0.0
+    for s in samples:
+        if not math.isfinite(s.value) or s.value < 0:
+            raise MetricsMappingError(f"metric {name} has unusable value {s.value}")
+        total += s.value
+    return round(total)
+
+
+def _fraction(families: Families, *names: str) -> float | None:
+    """Mean of the first present name's finite samples, clamped to 0..1 (None if absent)."""
+    for name in names:
+        values = [s.value for s in families.get(name, ()) if math.isfinite(s.value)]
+        if values:
+            return min(1.0, max(0.0, sum(values) / len(values)))
+    return None
+
+
+def _sum(families: Families, *names: str) -> float | None:
+    for name in names:
+        samples = families.get(name)
+        if samples:
+            return sum(s.value for s in samples if math.isfinite(s.value))
+    return None
+
+
+def _int_label(value: str | None) -> int | None:
+    try:
+        return int(float(value)) if value is not None else None
+    except ValueError:  # e.g. vLLM renders an unknown block count as "None"
+        return None
+
+
+def _adapters(value: str) -> frozenset[str]:
+    return frozenset(a.strip() for a in value.split(",") if a.strip())
+
+
+@dataclass(frozen=True, slots=True)
+class _CacheGeometry:
+    block_size: int | None
+    num_blocks: int | None
+
+
+def _cache_geometry(samples: list[Sample] | None, size_label: str, count_label: str) -> _CacheGeometry:
+    """Block size from the first rank reporting it; block counts summed over ranks."""
+    if not samples:
+        return _CacheGeometry(None, None)
+    sizes = [v for s in samples if (v := _int_label(s.labels.get(size_label))) is not None]
+    counts = [v for s in samples if (v := _int_label(s.labels.get(count_label))) is not None]
+    return _CacheGeometry(sizes[0] if sizes else None, sum(counts) if counts else None)
+
+
+# --- engines ---------------------------------------------------------------------------------
+
+
+class VllmMapping:
+    engine: EngineType = "vllm"
+    signature = frozenset({"vllm:num_requests_waiting", "vllm:num_requests_running"})
+    wanted = signature | {
+        "vllm:kv_cache_usage_perc",
+        "vllm:gpu_cache_usage_perc",  # before vLLM 0.10
+        "vllm:lora_requests_info",
+        "vllm:cache_config_info",
+        "vllm:prefix_cache_hits_total",
+        "vllm:prefix_cache_queries_total",
+        "vllm:gpu_prefix_cache_hits_total",  # v1 engine before the rename
+        "vllm:gpu_prefix_cache_queries_total",
+        "vllm:gpu_prefix_cache_hit_rate",  # v0 engine: a gauge
+    }
+
+    def to_metrics(self, families: Families, scraped_at: float) -> PodMetrics:
+        geometry = _cache_geometry(families.get("vllm:cache_config_info"), "block_size", "num_gpu_blocks")
+        metrics = PodMetrics(
+            engine=self.engine,
+            waiting=_count(families, "vllm:num_requests_waiting"),
+            running=_count(families, "vllm:num_requests_running"),
+            kv_usage=_fraction(families, "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+            block_size=geometry.block_size,
+            num_gpu_blocks=geometry.num_blocks,
+            prefix_cache_hit_rate=self._prefix_hit_rate(families),
+            scraped_at=scraped_at,
+        )
+        lora = families.get("vllm:lora_requests_info")
+        if lora:
+            # Each change of the adapter sets adds a sample whose value is its timestamp: newest wins.
+            newest = max(lora, key=lambda s: s.value if math.isfinite(s.value) else -math.inf)
+            metrics.running_adapters = _adapters(newest.labels.get("running_lora_adapters", ""))
+            metrics.waiting_adapters = _adapters(newest.labels.get("waiting_lora_adapters", ""))
+            metrics.max_lora = _int_label(newest.labels.get("max_lora")) or 0
+        return metrics
+
+    @staticmethod
+    def _prefix_hit_rate(families: Families) -> float | None:
+        """Lifetime hits/queries (token counts); None until the pod has answered a query."""
+        queries = _sum(families, "vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
+        hits = _sum(families, "vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
+        if queries and hits is not None and queries > 0:
+            return min(1.0, max(0.0, hits / queries))
+        return _fraction(families, "vllm:gpu_prefix_cache_hit_rate")
+
+
+class SglangMapping:
+    engine: EngineType = "sglang"
+    signature = frozenset({"sglang:num_queue_reqs", "sglang:num_running_reqs"})
+    wanted = signature | {"sglang:token_usage", "sglang:cache_config_info", "sglang:cache_hit_rate"}
+
+    def to_metrics(self, families: Families, scraped_at: float) -> PodMetrics:
+        geometry = _cache_geometry(families.get("sglang:cache_config_info"), "page_size", "num_pages")
+        return PodMetrics(
+            engine=self.engine,
+            waiting=_count(families, "sglang:num_queue_reqs"),
+            running=_count(families, "sglang:num_running_reqs"),
+            kv_usage=_fraction(families, "sglang:token_usage"),
+            block_size=geometry.block_size,
+            num_gpu_blocks=geometry.num_blocks,
+            prefix_cache_hit_rate=_fraction(families, "sglang:cache_hit_rate"),
+            scraped_at=scraped_at,
+        )
+
+
+class TgiMapping:
+    """TGI exposes no KV-cache or LoRA gauge: pods are scored on queue and batch size."""
+
+    engine: EngineType = "tgi"
+    signature = frozenset({"tgi_queue_size", "tgi_batch_current_size"})
+    wanted = signature | {"tgi_batch_current_max_tokens"}
+
+    def to_metrics(self, families: Families, scraped_at: float) -> PodMetrics:
+        max_tokens = families.get("tgi_batch_current_max_tokens")
+        return PodMetrics(
+            engine=self.engine,
+            waiting=_count(families, "tgi_queue_size"),
+            running=_count(families, "tgi_batch_current_size"),
+            batch_max_tokens=_count(families, "tgi_batch_current_max_tokens") if max_tokens else None,
+            scraped_at=scraped_at,
+        )
+
+
+ENGINES: dict[EngineType, EngineMapping] = {
+    "vllm": VllmMapping(),
+    "sglang": SglangMapping(),
+    "tgi": TgiMapping(),
+}
+
+_ANY_ENGINE: FamilyReader = reader_for(frozenset().union(*(m.wanted for m in ENGINES.values())))
+
+
+def _detect(families: Families) -> EngineType | None:
+    for engine, mapping in ENGINES.items():
+        if any(name in families for name in mapping.signature):
+            return engine
+    return None
+
+
+def detect_engine(body: bytes | str) -> EngineType | None:
+    """The engine whose signature metrics the body carries, or None if none matches."""
+    return _detect(_ANY_ENGINE.read(body))
+
+
+def read_pod_metrics(body: bytes | str, engine: EngineType | None, scraped_at: float) -> PodMetrics:
+    """Parse a `/metrics` body into PodMetrics; `engine=None` detects it from the body.
+
+    Raises MetricsMappingError (or common.promtext.PromTextError, also a ValueError) for a body
+    that cannot be used.
+    """
+    if engine is None:
+        families = _ANY_ENGINE.read(body)
+        engine = _detect(families)
+        if engine is None:
+            raise MetricsMappingError("no vLLM, SGLang or TGI metrics in the body")
+        return ENGINES[engine].to_metrics(families, scraped_at)
+    mapping = ENGINES[engine]
+    return mapping.to_metrics(reader_for(mapping.wanted).read(body), scraped_at)

@@ -1,0 +1,291 @@
+"""Keeps every pod's metrics and served models in the pool fresh, off the request path.
+
+Each pod gets its own scrape loop (and its own models loop), so a hung or slow pod only delays
+itself: the others keep their cadence. A shared semaphore bounds concurrent scrapes, and each
+request has a hard deadline. Membership follows the pool: a supervisor loop starts loops for pods
+discovery added and cancels those of removed pods, and marks pods stale whose last good scrape is
+older than `maxStalenessMs` (so a pod stuck behind long timeouts cannot look fresh).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+
+import httpx
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from cluster_gateway.metrics.engines import read_pod_metrics
+from cluster_gateway.pool import Endpoint, EndpointPool, EngineType
+from common.config.gateway import Scrape
+
+log = logging.getLogger(__name__)
+
+_DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+_MODELS_RETRY_S = 1.0  # until a pod's first /v1/models answer, retry at least this often
+_MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
+class _ScrapeFailed(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+@dataclass(slots=True)
+class _PodWorker:
+    endpoint: Endpoint
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    detected_engine: EngineType | None = None  # from the body, when neither endpoint nor config says
+
+
+class ScraperMetrics:
+    """The scraper's own Prometheus metrics, in the registry it is given."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.duration = Histogram(
+            "fleetgate_scrape_duration_seconds",
+            "Time to fetch and parse one pod's /metrics",
+            buckets=_DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.failures = Counter(
+            "fleetgate_scrape_failures",
+            "Failed pod scrapes by reason (timeout, connect, http_status, bad_body)",
+            ["reason"],
+            registry=registry,
+        )
+        self.stale_pods = Gauge(
+            "fleetgate_scrape_stale_pods",
+            "Pods whose metrics are stale (missed scrapes or too old)",
+            registry=registry,
+        )
+        self.models_failures = Counter(
+            "fleetgate_models_refresh_failures", "Failed GET /v1/models refreshes", registry=registry
+        )
+
+
+class Scraper:
+    """Writes pod metrics (`record_scrape`/`record_scrape_failure`) and models into the pool."""
+
+    def __init__(
+        self,
+        pool: EndpointPool,
+        scrape: Scrape,
+        client: httpx.AsyncClient | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self._pool = pool
+        self._cfg = scrape
+        self._interval_s = scrape.interval_ms / 1000
+        self._timeout_s = scrape.timeout_ms / 1000
+        self._max_staleness_s = scrape.max_staleness_ms / 1000
+        self._default_engine: EngineType | None = None if scrape.engine == "auto" else scrape.engine
+        self._client = client
+        self._owns_client = client is None
+        self._semaphore: asyncio.Semaphore | None = None
+        self._workers: dict[str, _PodWorker] = {}
+        self._detected: dict[str, tuple[Endpoint, EngineType]] = {}
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.metrics = ScraperMetrics(self.registry)
+
+    # --- public API ------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Scrape all pods until cancelled, following pool membership changes."""
+        try:
+            while True:
+                self._sync_workers()
+                self._mark_overdue_stale(time.monotonic())
+                await asyncio.sleep(min(self._interval_s, 0.1))
+        finally:
+            await self._stop_workers()
+            await self.aclose()
+
+    async def scrape_once(self) -> None:
+        """Scrape every pod currently in the pool once, concurrently (bounded)."""
+        await asyncio.gather(*(self._scrape_pod(p.name) for p in self._pool.pods()))
+        self._mark_overdue_stale(time.monotonic())
+
+    async def refresh_models_once(self) -> None:
+        """Fetch every pod's `GET /v1/models` once, concurrently (bounded)."""
+        await asyncio.gather(*(self._refresh_models(p.name) for p in self._pool.pods()))
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this scraper created it."""
+        if self._owns_client and self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    # --- membership ------------------------------------------------------------------------
+    def _sync_workers(self) -> None:
+        current = {p.name: p.endpoint for p in self._pool.pods()}
+        for name in [n for n in self._workers if n not in current]:
+            for task in self._workers.pop(name).tasks:
+                task.cancel()
+            self._detected.pop(name, None)
+        for name, endpoint in current.items():
+            worker = self._workers.get(name)
+            if worker is None:
+                worker = self._workers[name] = _PodWorker(endpoint)
+                worker.tasks = [
+                    asyncio.create_task(self._scrape_loop(name), name=f"scrape {name}"),
+                    asyncio.create_task(self._models_loop(name), name=f"models {name}"),
+                ]
+            elif worker.endpoint != endpoint:
+                worker.endpoint = endpoint  # loops read the endpoint from the pool each time
+
+    async def _stop_workers(self) -> None:
+        tasks = [t for w in self._workers.values() for t in w.tasks]
+        self._workers.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # --- loops -----------------------------------------------------------------------------
+    async def _scrape_loop(self, name: str) -> None:
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
+        while True:
+            try:
+                await self._scrape_pod(name)
+            except Exception:  # a bug must not silently end this pod's scrapes
+                log.exception("scrape loop error", extra={"pod": name})
+            next_at += self._interval_s
+            now = loop.time()
+            if next_at < now:  # the scrape outlasted the interval: go on from now, no catch-up burst
+                next_at = now
+            await asyncio.sleep(next_at - now)
+
+    async def _models_loop(self, name: str) -> None:
+        fetched = False
+        while True:
+            try:
+                fetched = await self._refresh_models(name) or fetched
+            except Exception:
+                log.exception("models loop error", extra={"pod": name})
+            await asyncio.sleep(
+                self._cfg.models_refresh_s if fetched else min(self._cfg.models_refresh_s, _MODELS_RETRY_S)
+            )
+
+    # --- one scrape ------------------------------------------------------------------------
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            limit = self._cfg.max_concurrency
+            self._client = httpx.AsyncClient(
+                limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit),
+                timeout=self._timeout_s,
+                trust_env=False,  # pods are reached directly, never through an HTTP(S)_PROXY
+            )
+        return self._client
+
+    def _slots(self) -> asyncio.Semaphore:
+        if self._semaphore is None:
+            self._semaphore = asyncio.Semaphore(self._cfg.max_concurrency)
+        return self._semaphore
+
+    def _engine_for(self, pod_name: str, endpoint: Endpoint) -> EngineType | None:
+        if endpoint.engine is not None:
+            return endpoint.engine
+        if self._default_engine is not None:
+            return self._default_engine
+        detected = self._detected.get(pod_name)
+        return detected[1] if detected is not None and detected[0] == endpoint else None
+
+    async def _fetch(self, url: str) -> bytes:
+        async with self._slots():
+            try:
+                async with asyncio.timeout(self._timeout_s):
+                    resp = await self._http().get(url, timeout=self._timeout_s)
+            except TimeoutError:
+                raise _ScrapeFailed("timeout", f"no answer within {self._cfg.timeout_ms} ms") from None
+            except httpx.TimeoutException:
+                raise _ScrapeFailed("timeout", f"no answer within {self._cfg.timeout_ms} ms") from None
+            except httpx.HTTPError as exc:
+                raise _ScrapeFailed("connect", f"{type(exc).__name__}: {exc}") from None
+        if resp.status_code != 200:
+            raise _ScrapeFailed("http_status", f"HTTP {resp.status_code}")
+        if len(resp.content) > _MAX_BODY_BYTES:
+            raise _ScrapeFailed("bad_body", f"body of {len(resp.content)} bytes")
+        return resp.content
+
+    async def _scrape_pod(self, name: str) -> None:
+        pod = self._pool.get(name)
+        if pod is None:
+            return
+        endpoint = pod.endpoint
+        was_stale = pod.stale and pod.metrics is not None
+        started = time.perf_counter()
+        try:
+            body = await self._fetch(endpoint.url + "/metrics")
+            engine = self._engine_for(name, endpoint)
+            try:
+                metrics = read_pod_metrics(body, engine, scraped_at=time.monotonic())
+            except ValueError as exc:
+                self._detected.pop(name, None)  # a different engine may now answer at this name
+                raise _ScrapeFailed("bad_body", str(exc)) from None
+            if engine is None:
+                self._detected[name] = (endpoint, metrics.engine)
+        except _ScrapeFailed as exc:
+            self.metrics.failures.labels(exc.reason).inc()
+            self._pool.record_scrape_failure(name, self._cfg.stale_after_misses)
+            self._check_overdue(name, time.monotonic())
+            pod = self._pool.get(name)
+            if pod is not None and pod.stale and pod.consecutive_failures == self._cfg.stale_after_misses:
+                log.warning(
+                    "pod metrics stale after %d failed scrapes: %s",
+                    pod.consecutive_failures,
+                    exc,
+                    extra={"pod": name, "reason": exc.reason},
+                )
+            return
+        finally:
+            self.metrics.duration.observe(time.perf_counter() - started)
+        self._pool.record_scrape(name, metrics)
+        if was_stale:
+            log.info("pod metrics fresh again", extra={"pod": name})
+
+    # --- staleness -------------------------------------------------------------------------
+    def _check_overdue(self, name: str, now: float) -> None:
+        pod = self._pool.get(name)
+        if pod is not None and not pod.stale and pod.metrics_age(now) > self._max_staleness_s:
+            pod.stale = True
+            log.warning("pod metrics older than %d ms", self._cfg.max_staleness_ms, extra={"pod": name})
+
+    def _mark_overdue_stale(self, now: float) -> None:
+        stale = 0
+        for pod in self._pool.pods():
+            self._check_overdue(pod.name, now)
+            stale += pod.stale
+        self.metrics.stale_pods.set(stale)
+
+    # --- models ----------------------------------------------------------------------------
+    async def _refresh_models(self, name: str) -> bool:
+        pod = self._pool.get(name)
+        if pod is None:
+            return False
+        try:
+            ids = await self._served_models(pod.endpoint.url)
+        except (_ScrapeFailed, ValueError, KeyError, TypeError) as exc:
+            self.metrics.models_failures.inc()
+            log.debug("models refresh failed: %s", exc, extra={"pod": name})
+            return False
+        self._pool.set_models(name, ids)
+        return True
+
+    async def _served_models(self, base_url: str) -> list[str]:
+        """Model ids from the OpenAI `/v1/models` list; TGI without it answers `/info` instead."""
+        try:
+            body = await self._fetch(base_url + "/v1/models")
+        except _ScrapeFailed as exc:
+            if "HTTP 404" not in str(exc):
+                raise
+            info = json.loads(await self._fetch(base_url + "/info"))
+            return [str(info["model_id"])]
+        data = json.loads(body)["data"]
+        return [str(entry["id"]) for entry in data]
+
+
+__all__ = ["Scraper", "ScraperMetrics"]

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Three kind clusters (fleetgate-us, -eu, -ap), simulated model servers in each, a cluster gateway per
+# cluster and one global router (in fleetgate-us) that every gateway's agent reports to.
+# Then: deploy/kind/smoke.sh sends a request through the global endpoint; deploy/kind/down.sh cleans up.
+source "$(dirname "$0")/lib.sh"
+need_tools
+mkdir -p "$STATE"
+chmod 700 "$STATE"
+
+log "building image $IMAGE"
+docker build -q -t "$IMAGE" "$ROOT" >/dev/null
+
+for region in "${REGIONS[@]}"; do
+  name="$(cluster "$region")"
+  if kind get clusters 2>/dev/null | grep -qx "$name"; then
+    log "cluster $name exists"
+  else
+    log "creating cluster $name"
+    if [ "$region" = "$ROUTER_REGION" ]; then
+      kind create cluster --name "$name" --wait 120s --config - <<YAML
+kind: Cluster
+apiVersion: kind.x-k8s.io/v1alpha4
+nodes:
+  - role: control-plane
+    extraPortMappings:
+      - containerPort: $ROUTER_HTTP_NODEPORT
+        hostPort: $ROUTER_HOST_PORT
+        listenAddress: 127.0.0.1
+YAML
+    else
+      kind create cluster --name "$name" --wait 120s
+    fi
+  fi
+  kind load docker-image "$IMAGE" --name "$name"
+  kubectl --context "$(ctx "$region")" create namespace "$NAMESPACE" --dry-run=client -o yaml |
+    kubectl --context "$(ctx "$region")" apply -f - >/dev/null
+done
+
+# Secrets: one agent token per cluster and a demo API key; only their SHA-256 reach the router.
+[ -f "$STATE/api-key" ] || printf 'sk-fleetgate-%s' "$(random_secret)" >"$STATE/api-key"
+for region in "${REGIONS[@]}"; do
+  [ -f "$STATE/token-$region" ] || random_secret >"$STATE/token-$region"
+done
+
+router_ip="$(node_ip "$ROUTER_REGION")"
+{
+  cat <<YAML
+replicaCount: 1
+autoscaling: {enabled: false}
+podDisruptionBudget: {enabled: false}
+image: {repository: ${IMAGE%:*}, tag: ${IMAGE##*:}, pullPolicy: Never}
+resources: {requests: {cpu: 100m, memory: 128Mi}, limits: {memory: 512Mi}}
+config:
+  region: $ROUTER_REGION
+service: {type: NodePort, port: 80, nodePort: $ROUTER_HTTP_NODEPORT}
+capacityService: {type: NodePort, port: 50051, nodePort: $ROUTER_GRPC_NODEPORT}
+tenants:
+  - name: kind-demo
+    apiKeySha256: ["$(sha256 "$(cat "$STATE/api-key")")"]
+agents:
+YAML
+  for region in "${REGIONS[@]}"; do
+    printf '  - clusterId: %s\n    tokenSha256: "%s"\n' "$(cluster "$region")" "$(sha256 "$(cat "$STATE/token-$region")")"
+  done
+} >"$STATE/router-values.yaml"
+log "installing the global router in $(cluster "$ROUTER_REGION")"
+helm upgrade --install fleetgate-router "$ROOT/deploy/helm/fleetgate-global-router" \
+  --kube-context "$(ctx "$ROUTER_REGION")" -n "$NAMESPACE" -f "$STATE/router-values.yaml" --wait --timeout 5m
+
+for region in "${REGIONS[@]}"; do
+  c="$(ctx "$region")"
+  log "model servers and gateway in $(cluster "$region")"
+  kubectl --context "$c" -n "$NAMESPACE" apply -f - >/dev/null <<YAML
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: model-server
+  labels: {app: fleetgate-sim}
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: fleetgate-sim}
+  template:
+    metadata:
+      labels:
+        app: fleetgate-sim
+        inference.networking.k8s.io/engine-type: vllm
+    spec:
+      automountServiceAccountToken: false
+      securityContext: {runAsNonRoot: true, runAsUser: 10001, seccompProfile: {type: RuntimeDefault}}
+      containers:
+        - name: sim
+          image: $IMAGE
+          imagePullPolicy: Never
+          args: [sim, --pods, "1", --base-port, "8000", --host, 0.0.0.0, --model, "$MODEL", --metrics-format, vllm]
+          ports: [{name: http, containerPort: 8000}]
+          readinessProbe: {httpGet: {path: /health, port: http}, periodSeconds: 2}
+          resources: {requests: {cpu: 100m, memory: 128Mi}, limits: {memory: 512Mi}}
+          securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}
+YAML
+  kubectl --context "$c" -n "$NAMESPACE" create secret generic fleetgate-agent-token \
+    --from-file=token="$STATE/token-$region" --dry-run=client -o yaml | kubectl --context "$c" apply -f - >/dev/null
+  cat >"$STATE/gateway-values-$region.yaml" <<YAML
+replicaCount: 1
+podDisruptionBudget: {enabled: false}
+image: {repository: ${IMAGE%:*}, tag: ${IMAGE##*:}, pullPolicy: Never}
+resources: {requests: {cpu: 100m, memory: 128Mi}, limits: {memory: 512Mi}}
+service: {type: NodePort, httpPort: 8080, nodePort: $GATEWAY_NODEPORT}
+agentToken: {existingSecret: fleetgate-agent-token, key: token}
+gateway:
+  clusterId: $(cluster "$region")
+  region: $region
+  host: 0.0.0.0
+  port: 8080
+  publicUrl: http://$(node_ip "$region"):$GATEWAY_NODEPORT
+  discovery:
+    kubernetes:
+      selector: {matchLabels: {app: fleetgate-sim}}
+      targetPort: 8000
+  extProc: {enabled: false}
+  globalRouter:
+    address: $router_ip:$ROUTER_GRPC_NODEPORT
+    tokenEnv: FLEETGATE_AGENT_TOKEN
+YAML
+  helm upgrade --install fleetgate-gateway "$ROOT/deploy/helm/fleetgate-cluster-gateway" \
+    --kube-context "$c" -n "$NAMESPACE" -f "$STATE/gateway-values-$region.yaml" --wait --timeout 5m
+  kubectl --context "$c" -n "$NAMESPACE" rollout status deploy/model-server --timeout 180s
+done
+
+log "waiting for every cluster to report to the global router"
+for _ in $(seq 1 60); do
+  fleet="$(curl -fsS "http://127.0.0.1:$ROUTER_HOST_PORT/fleet" 2>/dev/null || true)"
+  ok=1
+  for region in "${REGIONS[@]}"; do
+    grep -q "\"$(cluster "$region")\"" <<<"$fleet" || ok=0
+  done
+  if [ "$ok" = 1 ]; then
+    log "fleet ready"
+    echo "global endpoint: http://127.0.0.1:$ROUTER_HOST_PORT"
+    echo "api key file: $STATE/api-key"
+    exit 0
+  fi
+  sleep 2
+done
+die "not every cluster reported within 120 s; see: kubectl --context $(ctx "$ROUTER_REGION") -n $NAMESPACE logs deploy/fleetgate-router-fleetgate-global-router"

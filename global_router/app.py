@@ -1,0 +1,376 @@
+"""The global endpoint (litestar on uvicorn): OpenAI routes, models, fleet JSON, status page, admin.
+
+The two completion routes are raw ASGI handlers inside litestar: they stream bytes, watch for the
+client leaving (so the cluster's request is cancelled and the reservation settled at once) and
+decide the status only after a cluster answered. Everything else is ordinary litestar routing.
+Order per request: authenticate → read body (size cap) → validate → allow-list → rank clusters
+(no I/O) → rate-limit admission (one Redis round trip) → forward with failover → reconcile tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+from litestar import Litestar, MediaType, Request, Response, get, post
+from litestar.exceptions import HTTPException
+from litestar.handlers import asgi
+from litestar.params import FromPath
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.propagate import extract
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from common.config.router import GlobalRouterConfig
+from common.errors import OpenAIError, error_body
+from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, parse_request
+from global_router.dispatch_tracker import DispatchTracker
+from global_router.failover import ClusterHealth, RetryBudget
+from global_router.fleet_report import fleet_report
+from global_router.fleet_view import FleetView, FleetViewError
+from global_router.forward import CLUSTER_HEADER, Delivery, Forwarder, ForwardRequest
+from global_router.headers import CLIENT_REGION_HEADER, decode_headers, upstream_headers
+from global_router.metrics import CANCELLED, FAILED, REJECTED, UPSTREAM_ERROR, RateMeter, RouterMetrics
+from global_router.ratelimit import Admission, RateLimiter, reservation_tokens
+from global_router.selection import ClusterSelector, SelectionRequest, served_models
+from global_router.status_page import render_status
+from global_router.tenants import TenantDirectory, check_admin
+
+log = logging.getLogger("fleetgate.router")
+tracer = trace.get_tracer("fleetgate.global_router")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class RouterServices:
+    """Everything a request touches, composed once by `GlobalRouter`."""
+
+    cfg: GlobalRouterConfig
+    fleet: FleetView
+    tenants: TenantDirectory
+    selector: ClusterSelector
+    limiter: RateLimiter
+    forwarder: Forwarder
+    health: ClusterHealth
+    budget: RetryBudget
+    tracker: DispatchTracker
+    metrics: RouterMetrics
+    rates: RateMeter = field(default_factory=RateMeter)
+    router_info: Callable[[], dict[str, Any]] = field(default=lambda: {})
+
+
+class _ClientGone(Exception):
+    pass
+
+
+def _encode_headers(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+
+
+async def _send_json(send: Send, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+    hdrs = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    hdrs += _encode_headers(headers or {})
+    await send({"type": "http.response.start", "status": status, "headers": hdrs})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def openai_error_response(err: OpenAIError) -> Response[bytes]:
+    return Response(err.body_bytes(), status_code=err.status, headers=err.headers, media_type=MediaType.JSON)
+
+
+class CompletionHandler:
+    """`POST /v1/completions` and `POST /v1/chat/completions` as raw ASGI."""
+
+    def __init__(self, s: RouterServices) -> None:
+        self.s = s
+        self.max_body = s.cfg.max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("method") != "POST":
+            await _send_json(
+                send, 405, OpenAIError(405, f"Method {scope.get('method')} not allowed").body_bytes()
+            )
+            return
+        headers = decode_headers(scope["headers"])
+        ctx = extract(headers)
+        token = otel_context.attach(ctx)
+        try:
+            await self._handle(scope["path"], headers, receive, send)
+        finally:
+            otel_context.detach(token)
+
+    async def _read_body(self, headers: dict[str, str], receive: Receive) -> bytes:
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_body:
+            raise self._too_large()
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                raise _ClientGone
+            chunk = msg.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                raise self._too_large()
+            chunks.append(chunk)
+            if not msg.get("more_body", False):
+                return b"".join(chunks)
+
+    def _too_large(self) -> OpenAIError:
+        return OpenAIError(413, f"Request body exceeds {self.max_body} bytes.", code="request_too_large")
+
+    async def _handle(self, path: str, headers: dict[str, str], receive: Receive, send: Send) -> None:
+        s = self.s
+        traffic_class = "-"
+        try:
+            tenant = s.tenants.authenticate(headers.get("authorization"))
+            traffic_class = tenant.traffic_class
+            body = await self._read_body(headers, receive)
+            parsed = parse_request(body, path)
+            s.tenants.check_model(tenant, parsed.model)
+            sel_req = SelectionRequest(
+                model=parsed.model,
+                traffic_class=tenant.traffic_class,
+                client_region=headers.get(CLIENT_REGION_HEADER) or None,
+                sheddable=tenant.sheddable,
+            )
+            t0 = time.perf_counter()
+            with tracer.start_as_current_span("router.select") as span:
+                ranking = s.selector.rank(s.fleet.snapshot(), sel_req, ejected=s.health.ejected())
+                span.set_attribute("fleetgate.cluster", ranking.candidates[0].cluster_id)
+                span.set_attribute("fleetgate.candidates", len(ranking.candidates))
+            s.metrics.selection_seconds.observe(time.perf_counter() - t0)
+            reserve = reservation_tokens(
+                parsed.prompt_tokens, parsed.max_tokens, s.cfg.rate_limits.default_max_tokens
+            )
+            try:
+                admission = await s.limiter.admit(tenant, reserve)
+            except OpenAIError as err:
+                s.metrics.ratelimit.labels(tenant.name, err.code or str(err.status)).inc()
+                raise
+            s.metrics.ratelimit.labels(tenant.name, "allowed").inc()
+            fwd = ForwardRequest(
+                path=path,
+                body=body,
+                headers=upstream_headers(headers, tenant, ranking.policy.gateway_profile),
+                stream=parsed.stream,
+                prompt_tokens=parsed.prompt_tokens,
+                traffic_class=tenant.traffic_class,
+            )
+        except _ClientGone:
+            s.metrics.requests.labels("-", traffic_class, CANCELLED).inc()
+            return
+        except OpenAIError as err:
+            s.metrics.requests.labels("-", traffic_class, REJECTED).inc()
+            await _send_json(send, err.status, err.body_bytes(), err.headers)
+            return
+        await self._forward_watching_disconnect(
+            ranking.candidates, fwd, admission, traffic_class, receive, send
+        )
+
+    async def _forward_watching_disconnect(
+        self,
+        candidates: list[Any],
+        fwd: ForwardRequest,
+        admission: Admission,
+        traffic_class: str,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        s = self.s
+        state: dict[str, Any] = {"delivery": None, "outcome": CANCELLED, "cluster": "-"}
+
+        async def work() -> None:
+            try:
+                delivery = await s.forwarder.open(candidates, fwd)
+            except OpenAIError as err:
+                state["outcome"] = FAILED
+                await _send_json(send, err.status, err.body_bytes(), {**admission.headers, **err.headers})
+                return
+            state["delivery"] = delivery
+            state["cluster"] = delivery.cluster_id
+            s.rates.mark(delivery.cluster_id)
+            hdrs = {**delivery.headers, **admission.headers, CLUSTER_HEADER: delivery.cluster_id}
+            if delivery.body is not None:
+                hdrs["content-length"] = str(len(delivery.body))
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": delivery.status,
+                        "headers": _encode_headers(hdrs),
+                    }
+                )
+                await send({"type": "http.response.body", "body": delivery.body, "more_body": False})
+            else:
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": delivery.status,
+                        "headers": _encode_headers(hdrs),
+                    }
+                )
+                async for chunk in s.forwarder.stream(delivery, fwd.prompt_tokens):
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            state["outcome"] = (
+                delivery.outcome
+                if delivery.ok
+                else (UPSTREAM_ERROR if delivery.status >= 500 or delivery.status == 429 else "client_error")
+            )
+
+        async def watch() -> None:
+            while True:
+                msg = await receive()
+                if msg["type"] == "http.disconnect":
+                    return
+
+        work_task = asyncio.ensure_future(work())
+        watch_task = asyncio.ensure_future(watch())
+        try:
+            await asyncio.wait({work_task, watch_task}, return_when=asyncio.FIRST_COMPLETED)
+            if not work_task.done():
+                work_task.cancel()
+            watch_task.cancel()
+            for t in (work_task, watch_task):
+                try:
+                    await t
+                except asyncio.CancelledError:
+                    pass
+                except Exception:
+                    log.exception("forwarding failed")
+                    state["outcome"] = FAILED
+        finally:
+            delivery: Delivery | None = state["delivery"]
+            used = 0
+            if delivery is not None:
+                await s.forwarder.close(delivery)
+                used = delivery.used_tokens if delivery.ok else 0
+            await s.limiter.complete(admission, used)
+            s.metrics.requests.labels(state["cluster"], traffic_class, state["outcome"]).inc()
+
+
+def build_app(s: RouterServices) -> Litestar:
+    completion = CompletionHandler(s)
+
+    @asgi(CHAT_PATH, copy_scope=False)
+    async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
+        await completion(scope, receive, send)
+
+    @asgi(COMPLETIONS_PATH, copy_scope=False)
+    async def completions(scope: Scope, receive: Receive, send: Send) -> None:
+        await completion(scope, receive, send)
+
+    @get("/v1/models", sync_to_thread=False)
+    def list_models(request: Request[Any, Any, Any]) -> Response[bytes]:
+        tenant = s.tenants.authenticate(request.headers.get("authorization"))
+        now = time.time()
+        owners: dict[str, float] = {}
+        for c in s.fleet.snapshot():
+            if s.selector.is_fresh(c, now):
+                for m in served_models(c):
+                    owners.setdefault(m, c.received_at)
+        names = s.tenants.visible_models(tenant, sorted(owners))
+        data = [
+            {"id": m, "object": "model", "created": int(owners[m]), "owned_by": "fleetgate"} for m in names
+        ]
+        return Response(msgspec.json.encode({"object": "list", "data": data}), media_type=MediaType.JSON)
+
+    def _report() -> dict[str, Any]:
+        s.metrics.fresh_clusters.set(sum(1 for c in s.fleet.snapshot() if s.selector.is_fresh(c)))
+        return fleet_report(
+            s.fleet.snapshot(),
+            stale_after_s=s.cfg.capacity.stale_after_s,
+            health=s.health,
+            tracker=s.tracker,
+            rates=s.rates,
+            budget=s.budget,
+            router={"region": s.cfg.region, "rate_limiter": s.limiter.mode, **s.router_info()},
+        )
+
+    @get("/fleet", sync_to_thread=False)
+    def fleet() -> Response[bytes]:
+        return Response(msgspec.json.encode(_report()), media_type=MediaType.JSON)
+
+    @get("/", sync_to_thread=False)
+    def status_page() -> Response[str]:
+        return Response(render_status(_report()), media_type=MediaType.HTML)
+
+    @get("/health", sync_to_thread=False)
+    def health() -> Response[bytes]:
+        fresh = sum(1 for c in s.fleet.snapshot() if s.selector.is_fresh(c))
+        return Response(
+            msgspec.json.encode({"status": "ok", "fresh_clusters": fresh, "rate_limiter": s.limiter.mode}),
+            media_type=MediaType.JSON,
+        )
+
+    @get("/metrics", sync_to_thread=False)
+    def metrics() -> Response[bytes]:
+        s.metrics.fresh_clusters.set(sum(1 for c in s.fleet.snapshot() if s.selector.is_fresh(c)))
+        return Response(generate_latest(s.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @post("/admin/clusters/{cluster_id:str}/drain", status_code=200)
+    async def drain(request: Request[Any, Any, Any], cluster_id: FromPath[str]) -> Response[bytes]:
+        check_admin(request.headers.get("authorization"), s.cfg.admin_key_sha256)
+        raw = await request.body()
+        drain_on = True
+        if raw.strip():
+            try:
+                doc = msgspec.json.decode(raw)
+            except msgspec.DecodeError:
+                raise OpenAIError(
+                    400, 'Body must be JSON like {"drain": true}.', code="invalid_json"
+                ) from None
+            if not isinstance(doc, dict) or not isinstance(doc.get("drain", True), bool):
+                raise OpenAIError(400, "'drain' must be a boolean.", param="drain")
+            drain_on = bool(doc.get("drain", True))
+        try:
+            await s.fleet.set_router_drain(cluster_id, drain_on)
+        except FleetViewError as exc:
+            raise OpenAIError(
+                503, f"Could not record the drain: {exc}", code="fleet_store_unavailable"
+            ) from None
+        log.info("operator %s cluster %s at the router", "drained" if drain_on else "undrained", cluster_id)
+        return Response(
+            msgspec.json.encode({"cluster_id": cluster_id, "router_drain": drain_on}),
+            media_type=MediaType.JSON,
+        )
+
+    def on_openai_error(_: Request[Any, Any, Any], exc: OpenAIError) -> Response[bytes]:
+        return openai_error_response(exc)
+
+    def on_http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:
+        status = exc.status_code
+        code = {404: "unknown_url", 405: "method_not_allowed", 413: "request_too_large"}.get(status)
+        return openai_error_response(OpenAIError(status, str(exc.detail), code=code, headers=exc.headers))
+
+    def on_error(_: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
+        log.exception("unhandled error", exc_info=exc)
+        body = msgspec.json.encode(error_body("Internal error in the global router.", type="server_error"))
+        return Response(body, status_code=500, media_type=MediaType.JSON)
+
+    return Litestar(
+        route_handlers=[
+            chat_completions,
+            completions,
+            list_models,
+            fleet,
+            status_page,
+            health,
+            metrics,
+            drain,
+        ],
+        exception_handlers={OpenAIError: on_openai_error, HTTPException: on_http_error, Exception: on_error},
+        openapi_config=None,
+        logging_config=None,
+        request_max_body_size=s.cfg.max_body_bytes,
+    )

@@ -1,0 +1,71 @@
+"""The fleet as this replica sees it, as one JSON-ready document (served on `/fleet`, drawn by `/`)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from global_router.dispatch_tracker import DispatchTracker
+from global_router.failover import ClusterHealth, RetryBudget
+from global_router.fleet_view import ClusterState
+from global_router.metrics import RateMeter
+
+
+def fleet_report(
+    clusters: list[ClusterState],
+    *,
+    stale_after_s: float,
+    health: ClusterHealth,
+    tracker: DispatchTracker,
+    rates: RateMeter,
+    budget: RetryBudget,
+    router: dict[str, Any],
+    now: float | None = None,
+) -> dict[str, Any]:
+    now = time.time() if now is None else now
+    out: list[dict[str, Any]] = []
+    regions: dict[str, list[str]] = {}
+    for c in sorted(clusters, key=lambda c: (c.region, c.cluster_id)):
+        age = c.age(now)
+        regions.setdefault(c.region, []).append(c.cluster_id)
+        out.append(
+            {
+                "id": c.cluster_id,
+                "region": c.region,
+                "zone": c.zone,
+                "gateway_url": c.gateway_url,
+                "seq": c.seq,
+                "age_s": round(age, 3),
+                "fresh": age <= stale_after_s,
+                "draining": c.draining,
+                "router_drain": c.router_drain,
+                "capacity_type": c.capacity_type,
+                "cost_per_gpu_hour": c.cost_per_gpu_hour,
+                "gpus": c.gpus,
+                **health.snapshot(c.cluster_id),
+                "inflight": tracker.inflight(c.cluster_id),
+                "dispatched_since_report": tracker.dispatched_since(c.cluster_id, c.seq),
+                "requests_total": tracker.total(c.cluster_id),
+                "rate_rps": round(rates.rate(c.cluster_id), 2),
+                "models": {
+                    name: {
+                        "ready_pods": m.ready_pods,
+                        "saturated_pods": m.saturated_pods,
+                        "headroom_requests": m.headroom_requests,
+                        "queued": m.queued,
+                        "running": m.running,
+                        "kv_headroom": round(m.kv_headroom, 3),
+                        "est_ttft_ms": round(m.est_ttft_ms, 1),
+                        "tokens_per_s": round(m.tokens_per_s, 1),
+                        "adapters": sorted(m.adapters),
+                    }
+                    for name, m in sorted(c.models.items())
+                },
+            }
+        )
+    return {
+        "router": {**router, "retry_budget_available": round(budget.available(), 1)},
+        "clusters": out,
+        "regions": regions,
+        "generated_at": now,
+    }

@@ -1,0 +1,97 @@
+"""The router's Prometheus metrics (one registry per router, so several replicas fit in one process)
+and the short-window request rates shown on `/fleet`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# request outcomes
+OK = "ok"
+CLIENT_ERROR = "client_error"  # 4xx from upstream, passed through
+UPSTREAM_ERROR = "upstream_error"  # 5xx/429 passed through after failover ran out
+FAILED = "failed"  # no cluster answered
+STREAM_BROKEN = "stream_broken"  # the stream died after bytes reached the client
+CANCELLED = "cancelled"  # the client went away
+REJECTED = "rejected"  # refused by the router (auth, validation, selection, rate limit)
+
+
+class RouterMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "fleetgate_router_requests",
+            "Requests finished by the global router",
+            ["cluster", "traffic_class", "outcome"],
+            registry=r,
+        )
+        self.failovers = Counter(
+            "fleetgate_router_failovers",
+            "Attempts moved to the next-ranked cluster",
+            ["from_cluster", "reason"],
+            registry=r,
+        )
+        self.retry_budget_exhausted = Counter(
+            "fleetgate_router_retry_budget_exhausted",
+            "Failovers refused because the retry budget was spent",
+            registry=r,
+        )
+        self.ejections = Counter(
+            "fleetgate_router_ejections",
+            "Clusters ejected after consecutive failures",
+            ["cluster"],
+            registry=r,
+        )
+        self.ratelimit = Counter(
+            "fleetgate_router_ratelimit_decisions",
+            "Rate-limit decisions by tenant and result",
+            ["tenant", "decision"],
+            registry=r,
+        )
+        self.selection_seconds = Histogram(
+            "fleetgate_router_selection_seconds",
+            "Time to rank clusters for a request",
+            buckets=(0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05),
+            registry=r,
+        )
+        self.ttfb_seconds = Histogram(
+            "fleetgate_router_upstream_ttfb_seconds",
+            "Time from forwarding to the first response byte from the cluster gateway",
+            ["cluster"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=r,
+        )
+        self.inflight = Gauge(
+            "fleetgate_router_inflight", "Requests in flight per cluster", ["cluster"], registry=r
+        )
+        self.fresh_clusters = Gauge(
+            "fleetgate_router_fresh_clusters", "Clusters with a fresh capacity report", registry=r
+        )
+
+
+class RateMeter:
+    """Requests per second per key over the last `window_s`, in one-second buckets (O(1) memory)."""
+
+    def __init__(self, window_s: int = 10, clock: Callable[[], float] = time.monotonic) -> None:
+        self.window_s = window_s
+        self._clock = clock
+        self._buckets: dict[str, dict[int, int]] = {}
+
+    def mark(self, key: str) -> None:
+        sec = int(self._clock())
+        b = self._buckets.setdefault(key, {})
+        b[sec] = b.get(sec, 0) + 1
+        if len(b) > self.window_s + 2:
+            for old in [s for s in b if s <= sec - self.window_s]:
+                del b[old]
+
+    def rate(self, key: str) -> float:
+        sec = int(self._clock())
+        b = self._buckets.get(key)
+        if not b:
+            return 0.0
+        total = sum(n for s, n in b.items() if sec - self.window_s < s <= sec)
+        return total / self.window_s

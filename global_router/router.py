@@ -1,0 +1,212 @@
+"""A global router composed from its config: fleet view, capacity server, limiter, selection, app.
+
+With `redis` configured the fleet view and the rate limits are shared by every replica; without it
+one replica keeps both in process. `http_port` / `grpc_port` override the config (0 = any free port).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import uuid
+from contextlib import nullcontext
+from typing import Any
+
+import httpx
+import msgspec
+import redis.asyncio as aioredis
+import uvicorn
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from common.config.router import GlobalRouterConfig
+from global_router.app import RouterServices, build_app
+from global_router.capacity_server import CapacityServer
+from global_router.dispatch_tracker import DispatchTracker
+from global_router.failover import ClusterHealth, RetryBudget
+from global_router.fleet_view import FleetView, MemoryFleetView, RedisFleetView
+from global_router.forward import Forwarder
+from global_router.metrics import RouterMetrics
+from global_router.ratelimit import build_limiter
+from global_router.selection import ClusterSelector
+from global_router.tenants import TenantDirectory
+
+log = logging.getLogger("fleetgate.router")
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """uvicorn without its own signal handling: the process owner (CLI, demo, tests) owns signals."""
+
+    def capture_signals(self) -> Any:
+        return nullcontext()
+
+
+def _listen_socket(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def redis_client(url: str, timeout_s: float) -> aioredis.Redis:
+    """Short timeouts and no client-side retries: a dead Redis must fail fast into the fail mode."""
+    return aioredis.Redis.from_url(
+        url,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        retry=Retry(NoBackoff(), 0),
+        health_check_interval=0,
+    )
+
+
+class GlobalRouter:
+    def __init__(
+        self,
+        cfg: GlobalRouterConfig,
+        *,
+        http_port: int | None = None,
+        grpc_port: int | None = None,
+        fleet: FleetView | None = None,
+        capacity_server: bool = True,
+    ) -> None:
+        self.cfg = cfg
+        self._http_port_cfg = cfg.port if http_port is None else http_port
+        self._grpc_port_cfg = cfg.capacity.port if grpc_port is None else grpc_port
+        self.replica_id = uuid.uuid4().hex[:8]
+        self.redis: aioredis.Redis | None = (
+            redis_client(cfg.redis.url, cfg.redis.timeout_s) if cfg.redis is not None else None
+        )
+        if fleet is not None:
+            self.fleet: FleetView = fleet
+        elif self.redis is not None and cfg.redis is not None:
+            self.fleet = RedisFleetView(self.redis, prefix=cfg.redis.key_prefix, ttl_s=cfg.redis.report_ttl_s)
+        else:
+            self.fleet = MemoryFleetView(ttl_s=max(10.0, cfg.capacity.stale_after_s * 3))
+        self.metrics = RouterMetrics()
+        self.tracker = DispatchTracker()
+        self.health = ClusterHealth(cfg.failover)
+        self.health.on_eject = lambda cid, s: log.warning("cluster %s ejected for %.1fs", cid, s)
+        self.budget = RetryBudget(
+            cfg.failover.retry_budget_ratio,
+            min_retries=cfg.failover.min_retries,
+            window_s=cfg.failover.retry_window_s,
+        )
+        self.selector = ClusterSelector(
+            cfg.selection, stale_after_s=cfg.capacity.stale_after_s, tracker=self.tracker
+        )
+        self.limiter = build_limiter(self.redis, cfg.redis, cfg.rate_limits)
+        self.tenants = TenantDirectory.from_config(cfg)
+        self._with_capacity = capacity_server
+        self.capacity: CapacityServer | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._server: _EmbeddedServer | None = None
+        self._server_task: asyncio.Task[None] | None = None
+        self.http_port = 0
+        self.grpc_port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.cfg.host}:{self.http_port}"
+
+    def _info(self) -> dict[str, Any]:
+        view = "redis" if isinstance(self.fleet, RedisFleetView) else "memory"
+        if isinstance(self.fleet, RedisFleetView) and not self.fleet.redis_ok:
+            view = "redis (unreachable: local cache)"
+        return {"replica": self.replica_id, "fleet_view": view}
+
+    async def start(self) -> None:
+        try:
+            await self.fleet.start()
+            await self.limiter.start()
+            if self._with_capacity:
+                cap_cfg = msgspec.structs.replace(self.cfg.capacity, port=self._grpc_port_cfg)
+                self.capacity = CapacityServer(cap_cfg, self.fleet)
+                self.grpc_port = await self.capacity.start()
+            f = self.cfg.failover
+            self._client = httpx.AsyncClient(
+                limits=httpx.Limits(
+                    max_connections=4096, max_keepalive_connections=1024, keepalive_expiry=30.0
+                ),
+                timeout=httpx.Timeout(
+                    connect=f.connect_timeout_s,
+                    read=f.read_timeout_s,
+                    write=f.read_timeout_s,
+                    pool=f.connect_timeout_s,
+                ),
+                trust_env=False,
+            )
+            forwarder = Forwarder(
+                self._client,
+                f,
+                health=self.health,
+                budget=self.budget,
+                tracker=self.tracker,
+                metrics=self.metrics,
+            )
+            services = RouterServices(
+                cfg=self.cfg,
+                fleet=self.fleet,
+                tenants=self.tenants,
+                selector=self.selector,
+                limiter=self.limiter,
+                forwarder=forwarder,
+                health=self.health,
+                budget=self.budget,
+                tracker=self.tracker,
+                metrics=self.metrics,
+                router_info=self._info,
+            )
+            sock = _listen_socket(self.cfg.host, self._http_port_cfg)
+            config = uvicorn.Config(
+                build_app(services),
+                lifespan="off",
+                log_level="warning",
+                access_log=False,
+                timeout_graceful_shutdown=5,
+                backlog=4096,
+            )
+            self._server = _EmbeddedServer(config)
+            self._server_task = asyncio.create_task(self._server.serve(sockets=[sock]))
+            while not self._server.started:
+                if self._server_task.done():
+                    self._server_task.result()
+                    raise RuntimeError("the HTTP server stopped during startup")
+                await asyncio.sleep(0.005)
+            self.http_port = int(sock.getsockname()[1])
+            log.info("global router listening on http://%s:%d", self.cfg.host, self.http_port)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        if self._server is not None and self._server_task is not None:
+            self._server.should_exit = True
+            try:
+                await self._server_task
+            except Exception:
+                log.exception("HTTP server stopped with an error")
+            self._server = None
+            self._server_task = None
+        if self.capacity is not None:
+            await self.capacity.stop()
+            self.capacity = None
+        await self.limiter.stop()
+        await self.fleet.stop()
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+        if self.redis is not None:
+            await self.redis.aclose()
+
+    async def __aenter__(self) -> GlobalRouter:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()

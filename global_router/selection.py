@@ -1,0 +1,215 @@
+"""Which cluster serves a request: filter the fleet snapshot, score what is left, rank it.
+
+Filters: serves the model (or adapter), report fresh, not draining (cluster or operator), not ejected
+(failing open to ejected clusters when nothing else is left: an ejection is a guess, an outage
+is certain). Scorers (each 0..1, registry below) are weighted per traffic class. Ranking is by tier
+first — interactive traffic puts clusters predicted over its TTFT target last, and every class puts
+clusters without room after those with room (so `batch`, weighted to cost, gets the cheapest cluster
+that has room) — then by weighted score. Headroom is the reported one minus what this replica has sent
+since that report, so a burst spreads instead of landing on the cluster that looked emptiest.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+
+from common.config.router import Selection, SelectionWeights, TrafficClassPolicy
+from common.errors import OpenAIError, not_found_model, unavailable
+from global_router.dispatch_tracker import DispatchTracker
+from global_router.fleet_view import ClusterState, ModelCapacity
+
+MIN_TTFT_MS = 1.0
+
+
+@dataclass(slots=True)
+class SelectionRequest:
+    model: str
+    traffic_class: str = "interactive"
+    client_region: str | None = None
+    sheddable: bool = False
+
+
+@dataclass(slots=True)
+class Candidate:
+    cluster: ClusterState
+    capacity: ModelCapacity
+    headroom: int  # reported headroom minus this replica's dispatches since the report
+    predicted_ttft_ms: float
+    network_ms: float
+    cost: float  # per GPU-hour, spot inflated by its risk
+    over_target: bool = False
+    score: float = 0.0
+    parts: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def cluster_id(self) -> str:
+        return self.cluster.cluster_id
+
+    @property
+    def has_room(self) -> bool:
+        return self.headroom > 0
+
+
+@dataclass(slots=True)
+class Ranking:
+    candidates: list[Candidate]  # best first; the rest are failover targets
+    saturated: bool  # no candidate has room
+    policy: TrafficClassPolicy
+
+
+ClusterScorer = Callable[[list[Candidate]], list[float]]
+
+
+def _headroom(cands: list[Candidate]) -> list[float]:
+    top = max(max(c.headroom for c in cands), 1)
+    return [min(1.0, max(0.0, c.headroom / top)) for c in cands]
+
+
+def _queue(cands: list[Candidate]) -> list[float]:
+    queues = [c.capacity.queued + max(0, -c.headroom) for c in cands]
+    top = max(queues)
+    return [1.0 if top == 0 else 1.0 - q / top for q in queues]
+
+
+def _ttft(cands: list[Candidate]) -> list[float]:
+    best = min(c.predicted_ttft_ms for c in cands)
+    return [best / c.predicted_ttft_ms for c in cands]
+
+
+def _region(cands: list[Candidate]) -> list[float]:
+    worst = max(c.network_ms for c in cands)
+    return [1.0 if worst == 0 else 1.0 - c.network_ms / worst for c in cands]
+
+
+def _cost(cands: list[Candidate]) -> list[float]:
+    cheapest = min(c.cost for c in cands)
+    return [1.0 if c.cost <= 0 else cheapest / c.cost for c in cands]
+
+
+# Scorer name = the `SelectionWeights` field that weighs it.
+SCORERS: dict[str, ClusterScorer] = {
+    "headroom": _headroom,
+    "queue": _queue,
+    "ttft": _ttft,
+    "region": _region,
+    "cost": _cost,
+}
+
+
+def model_capacity(cluster: ClusterState, model: str) -> ModelCapacity | None:
+    """The capacity serving `model`: a base model entry, or the base model holding that adapter."""
+    mc = cluster.models.get(model)
+    if mc is not None:
+        return mc
+    for cap in cluster.models.values():
+        if model in cap.adapters:
+            return cap
+    return None
+
+
+def served_models(cluster: ClusterState) -> set[str]:
+    out = set(cluster.models)
+    for cap in cluster.models.values():
+        out |= cap.adapters
+    return out
+
+
+class ClusterSelector:
+    def __init__(
+        self,
+        selection: Selection,
+        *,
+        stale_after_s: float,
+        tracker: DispatchTracker,
+        clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._sel = selection
+        self._stale_after_s = stale_after_s
+        self._tracker = tracker
+        self._clock = clock
+        self._rng = rng or random.Random()
+        default = TrafficClassPolicy()
+        self._default_policy = selection.classes.get("interactive", default)
+
+    def policy(self, traffic_class: str) -> TrafficClassPolicy:
+        return self._sel.classes.get(traffic_class, self._default_policy)
+
+    def is_fresh(self, cluster: ClusterState, now: float | None = None) -> bool:
+        return cluster.age(now if now is not None else self._clock()) <= self._stale_after_s
+
+    def network_ms(self, client_region: str | None, cluster_region: str) -> float:
+        if not client_region:
+            return 0.0
+        row = self._sel.region_latency_ms.get(client_region)
+        if row is not None and cluster_region in row:
+            return float(row[cluster_region])
+        return 0.0 if client_region == cluster_region else self._sel.cross_region_latency_ms
+
+    def _candidate(self, cluster: ClusterState, cap: ModelCapacity, req: SelectionRequest) -> Candidate:
+        headroom = cap.headroom_requests - self._tracker.dispatched_since(cluster.cluster_id, cluster.seq)
+        overflow = max(0, -headroom)
+        # Each request beyond the reported headroom waits roughly one prefill turn per pod.
+        per_request_ms = max(cap.est_ttft_ms, 50.0) / max(1, cap.ready_pods)
+        net = self.network_ms(req.client_region, cluster.region)
+        predicted = max(MIN_TTFT_MS, cap.est_ttft_ms + overflow * per_request_ms + net)
+        cost = cluster.cost_per_gpu_hour
+        if cluster.capacity_type == "spot":
+            cost *= 1.0 + self._sel.spot_discount_risk
+        return Candidate(cluster, cap, headroom, predicted, net, cost)
+
+    def rank(
+        self, clusters: list[ClusterState], req: SelectionRequest, ejected: Collection[str] = ()
+    ) -> Ranking:
+        """Ranked candidates; raises 404 (nobody serves the model), 503 (nobody usable) or 429 (shed)."""
+        now = self._clock()
+        serving = [(c, cap) for c in clusters if (cap := model_capacity(c, req.model)) is not None]
+        if not serving:
+            raise not_found_model(req.model)
+        usable = [
+            (c, cap)
+            for c, cap in serving
+            if self.is_fresh(c, now) and not c.draining and not c.router_drain and cap.ready_pods > 0
+        ]
+        if not usable:
+            raise unavailable(
+                f"No healthy cluster can serve `{req.model}` right now (stale, draining or no ready pods).",
+                code="no_healthy_cluster",
+            )
+        healthy = [(c, cap) for c, cap in usable if c.cluster_id not in ejected]
+        cands = [self._candidate(c, cap, req) for c, cap in (healthy or usable)]
+        policy = self.policy(req.traffic_class)
+        saturated = not any(c.has_room for c in cands)
+        if saturated and req.sheddable:
+            raise OpenAIError(
+                429,
+                "Every cluster serving this model is at capacity; sheddable traffic is refused first. "
+                "Retry shortly.",
+                code="fleet_saturated",
+                headers={"retry-after": "1"},
+            )
+        self._score(cands, policy.weights)
+        target = policy.ttft_target_ms
+        for c in cands:
+            c.over_target = target is not None and c.predicted_ttft_ms > target
+        jitter = {id(c): self._rng.random() for c in cands}
+        cands.sort(key=lambda c: (c.over_target, not c.has_room, -c.score, jitter[id(c)]))
+        return Ranking(cands, saturated, policy)
+
+    @staticmethod
+    def _score(cands: list[Candidate], weights: SelectionWeights) -> None:
+        total_w = 0.0
+        for name, scorer in SCORERS.items():
+            w = float(getattr(weights, name))
+            if w <= 0:
+                continue
+            total_w += w
+            for c, s in zip(cands, scorer(cands), strict=True):
+                c.parts[name] = s
+                c.score += w * s
+        if total_w > 0:
+            for c in cands:
+                c.score /= total_w

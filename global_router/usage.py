@@ -1,0 +1,82 @@
+"""Real token usage of a finished request, for reconciling the rate-limit reservation.
+
+Non-streaming responses carry `usage`. Streams carry it in a final chunk only when the client asked
+(`stream_options.include_usage`); otherwise each content chunk is counted as one token, which is
+how OpenAI-compatible servers stream (one decode step per chunk).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+_decode = msgspec.json.Decoder().decode
+
+
+def usage_total(usage: Any) -> int | None:
+    if not isinstance(usage, dict):
+        return None
+    total = usage.get("total_tokens")
+    if isinstance(total, int):
+        return total
+    p, c = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    if isinstance(p, int) and isinstance(c, int):
+        return p + c
+    return None
+
+
+def usage_from_body(body: bytes) -> int | None:
+    try:
+        doc = _decode(body)
+    except msgspec.DecodeError:
+        return None
+    return usage_total(doc.get("usage")) if isinstance(doc, dict) else None
+
+
+class StreamUsage:
+    """Feeds on SSE bytes as they pass; knows the reported usage or the number of content chunks."""
+
+    __slots__ = ("_buf", "chunks", "reported")
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self.chunks = 0
+        self.reported: int | None = None
+
+    def feed(self, data: bytes) -> None:
+        buf = self._buf + data
+        start = 0
+        while True:
+            nl = buf.find(b"\n", start)
+            if nl < 0:
+                break
+            self._line(buf[start:nl])
+            start = nl + 1
+        self._buf = buf[start:]
+        if len(self._buf) > 1 << 20:  # a line that never ends is not SSE; stop buffering it
+            self._buf = b""
+
+    def _line(self, line: bytes) -> None:
+        if not line.startswith(b"data:"):
+            return
+        payload = line[5:].strip()
+        if not payload or payload == b"[DONE]":
+            return
+        if b'"usage"' in payload:
+            try:
+                doc = _decode(payload)
+            except msgspec.DecodeError:
+                return
+            if isinstance(doc, dict):
+                total = usage_total(doc.get("usage"))
+                if total is not None:
+                    self.reported = total
+                if doc.get("choices"):
+                    self.chunks += 1
+            return
+        if b'"choices"' in payload:
+            self.chunks += 1
+
+    def total(self, prompt_tokens: int) -> int:
+        return self.reported if self.reported is not None else prompt_tokens + self.chunks

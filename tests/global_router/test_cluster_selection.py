@@ -1,0 +1,133 @@
+"""Cluster ranking: filters, headroom/cost/region/class scoring, burst accounting, shedding."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from common.config.router import Selection
+from common.errors import OpenAIError
+from global_router.dispatch_tracker import DispatchTracker
+from global_router.selection import ClusterSelector, SelectionRequest
+from tests.global_router.fleet_fixtures import MODEL, cluster
+
+
+def _selector(selection: Selection | None = None, tracker: DispatchTracker | None = None) -> ClusterSelector:
+    return ClusterSelector(
+        selection or Selection(),
+        stale_after_s=3.0,
+        tracker=tracker or DispatchTracker(),
+        rng=random.Random(1),
+    )
+
+
+def _ids(sel: ClusterSelector, clusters: list, **kw: object) -> list[str]:
+    req = SelectionRequest(model=kw.pop("model", MODEL), **kw)  # type: ignore[arg-type]
+    return [c.cluster_id for c in sel.rank(clusters, req).candidates]
+
+
+def test_more_headroom_and_shorter_queue_rank_first() -> None:
+    clusters = [cluster("busy", headroom=1, queued=8, ttft_ms=900), cluster("idle", headroom=20)]
+    assert _ids(_selector(), clusters)[0] == "idle"
+
+
+def test_stale_draining_and_operator_drained_clusters_are_filtered() -> None:
+    clusters = [
+        cluster("stale", age_s=10),
+        cluster("draining", draining=True),
+        cluster("drained", router_drain=True),
+        cluster("ok", headroom=1),
+    ]
+    assert _ids(_selector(), clusters) == ["ok"]
+
+
+def test_unknown_model_is_404_and_no_usable_cluster_is_503() -> None:
+    sel = _selector()
+    with pytest.raises(OpenAIError) as ei:
+        sel.rank([cluster("a")], SelectionRequest(model="nope"))
+    assert ei.value.status == 404 and ei.value.code == "model_not_found"
+    with pytest.raises(OpenAIError) as ei:
+        sel.rank([cluster("a", age_s=60)], SelectionRequest(model=MODEL))
+    assert ei.value.status == 503
+
+
+def test_adapter_requests_go_to_clusters_holding_the_adapter() -> None:
+    clusters = [cluster("plain", headroom=50), cluster("lora", headroom=2, adapters=frozenset({"sql-lora"}))]
+    assert _ids(_selector(), clusters, model="sql-lora") == ["lora"]
+
+
+def test_client_region_prefers_near_cluster() -> None:
+    clusters = [cluster("us1", region="us"), cluster("eu1", region="eu")]
+    sel = _selector()
+    assert _ids(sel, clusters, client_region="eu")[0] == "eu1"
+    assert _ids(sel, clusters, client_region="us")[0] == "us1"
+
+
+def test_region_latency_matrix_is_used() -> None:
+    selection = Selection(region_latency_ms={"ap": {"us": 60.0, "eu": 200.0}})
+    clusters = [cluster("us1", region="us"), cluster("eu1", region="eu")]
+    assert _ids(_selector(selection), clusters, client_region="ap")[0] == "us1"
+
+
+def test_batch_prefers_cheapest_cluster_with_room() -> None:
+    clusters = [
+        cluster("premium", cost=4.0, headroom=30, ttft_ms=100),
+        cluster("cheap-spot", cost=1.0, capacity_type="spot", headroom=5, ttft_ms=400),
+        cluster("cheapest-full", cost=0.5, headroom=0, queued=10),
+    ]
+    order = _ids(_selector(), clusters, traffic_class="batch")
+    assert order[0] == "cheap-spot"
+    assert order[-1] == "cheapest-full"  # no room ranks last
+
+
+def test_spot_risk_inflates_cost() -> None:
+    selection = Selection(spot_discount_risk=1.0)  # spot counted at twice its price
+    clusters = [cluster("spot", cost=1.5, capacity_type="spot"), cluster("od", cost=2.0)]
+    assert _ids(_selector(selection), clusters, traffic_class="batch")[0] == "od"
+
+
+def test_interactive_keeps_ttft_target_even_if_expensive_cluster_is_cheaper_to_miss() -> None:
+    clusters = [
+        cluster("slow-cheap", cost=0.5, ttft_ms=2000, headroom=50),
+        cluster("fast", cost=4.0, ttft_ms=150, headroom=2),
+    ]
+    ranked = _selector().rank(clusters, SelectionRequest(model=MODEL, traffic_class="interactive"))
+    assert [c.cluster_id for c in ranked.candidates] == ["fast", "slow-cheap"]
+    assert ranked.candidates[1].over_target
+
+
+def test_burst_spreads_using_dispatches_since_last_report() -> None:
+    tracker = DispatchTracker()
+    sel = _selector(tracker=tracker)
+    clusters = [cluster("a", headroom=10), cluster("b", headroom=6)]
+    picks: Counter[str] = Counter()
+    for _ in range(16):
+        best = sel.rank(clusters, SelectionRequest(model=MODEL)).candidates[0]
+        tracker.on_dispatch(best.cluster_id, best.cluster.seq)
+        picks[best.cluster_id] += 1
+    assert picks["a"] >= 8 and picks["b"] >= 5  # not all 16 on the cluster that looked best
+    # a new report (new seq) resets the local count
+    assert tracker.dispatched_since("a", 2) == 0
+    assert tracker.dispatched_since("a", 1) == picks["a"]
+
+
+def test_ejected_clusters_rank_out_but_fail_open_when_alone() -> None:
+    sel = _selector()
+    clusters = [cluster("a", headroom=50), cluster("b", headroom=1)]
+    assert [
+        c.cluster_id for c in sel.rank(clusters, SelectionRequest(model=MODEL), ejected={"a"}).candidates
+    ] == ["b"]
+    only = sel.rank([cluster("a")], SelectionRequest(model=MODEL), ejected={"a"})
+    assert [c.cluster_id for c in only.candidates] == ["a"]
+
+
+def test_sheddable_tenant_refused_when_every_cluster_is_full() -> None:
+    sel = _selector()
+    clusters = [cluster("a", headroom=0, queued=5), cluster("b", headroom=0, queued=9)]
+    with pytest.raises(OpenAIError) as ei:
+        sel.rank(clusters, SelectionRequest(model=MODEL, sheddable=True))
+    assert ei.value.status == 429 and ei.value.code == "fleet_saturated"
+    ranked = sel.rank(clusters, SelectionRequest(model=MODEL, sheddable=False))
+    assert ranked.saturated and ranked.candidates[0].cluster_id == "a"

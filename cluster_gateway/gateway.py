@@ -19,6 +19,7 @@ import httpx
 import uvicorn
 from prometheus_client import CollectorRegistry
 
+from cluster_gateway.agent import CapacityAgent, load_agent_token
 from cluster_gateway.discovery import build_discovery
 from cluster_gateway.extproc.server import ExtProcServer, PickerService
 from cluster_gateway.metrics.scraper import Scraper
@@ -94,6 +95,15 @@ class ClusterGateway:
             ("scraper", self.scraper.run),
             ("admission-recheck", self._recheck_admission),
         ]
+        self.agent: CapacityAgent | None = None
+        if spec.global_router is not None:  # Tier 2 link: stream capacity reports (token errors: ConfigError)
+            self.agent = CapacityAgent(
+                spec,
+                self.pool,
+                token=load_agent_token(spec.global_router),
+                gateway_url=lambda: (spec.public_url or self.url) if self.bound_port else None,
+            )
+            self._background.append(("capacity-agent", self.agent.run))
         self._tasks: list[asyncio.Task[None]] = []
         self._client: httpx.AsyncClient | None = None
         self._server: _EmbeddedServer | None = None

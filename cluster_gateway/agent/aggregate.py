@@ -1,13 +1,15 @@
 """The pool, folded into one capacity report per base model for Tier 2. Pure: no I/O.
 
-Base models vs adapters. `/v1/models` ids carry no parent once in `PodState.models`, so the rule is:
-a name is an *adapter* if any engine in the pool reports it as a LoRA adapter (running or waiting in
-its metrics); every other name a pod lists is one of its *base models*. Each adapter a pod lists is
-attributed to that pod's base model(s). An adapter that no engine has loaded or queued yet is thus
-indistinguishable from a base model and is reported as a model of its own; Tier 2 still routes it
-correctly ("served" means listed as a model or an adapter) and it moves under its base model as soon
-as an engine reports it. A pod whose `/v1/models` is not known yet counts for the pool's base model
-when the pool has exactly one.
+Base models vs adapters. `/v1/models` ids reach `PodState.models` without their parent, so they
+are classified (`classify_models`), relying on a model server serving one base model per pod:
+1. a name any engine in the pool reports as a LoRA adapter (running or waiting) is an adapter;
+2. a pod left with a single other name has that name as its base model;
+3. a pod left with several names whose only known base (from step 2 on other pods) is one of them
+   has that base, and the rest are adapters;
+4. otherwise (e.g. every pod lists the same idle adapters, or aliases) each remaining name is
+   reported as a model of its own: Tier 2 still routes correctly, since "served" means listed as a
+   model or as an adapter, and the names fold under their base once an engine reports them.
+A pod whose `/v1/models` is not known yet counts for the pool's base model when there is just one.
 
 Per base model, over its *ready* pods (fresh metrics: not stale, scraped within `maxStalenessMs`):
 saturated = waiting ≥ `saturation.queueDepth` or KV usage ≥ `saturation.kvUsage`; queued/running are
@@ -108,6 +110,22 @@ def known_adapters(pods: Iterable[PodState]) -> set[str]:
     return names
 
 
+def classify_models(pods: list[PodState]) -> tuple[dict[str, list[str]], set[str]]:
+    """Per pod its base model(s), and the pool's adapter names (the rule in the module docstring)."""
+    adapters = known_adapters(pods)
+    candidates = {p.name: p.models - adapters for p in pods}
+    known_bases = {next(iter(c)) for c in candidates.values() if len(c) == 1}
+    bases_by_pod: dict[str, list[str]] = {}
+    for name, cands in candidates.items():
+        if len(cands) > 1:
+            hits = cands & known_bases
+            if len(hits) == 1:
+                adapters |= cands - hits
+                cands = hits
+        bases_by_pod[name] = sorted(cands)
+    return bases_by_pod, adapters
+
+
 def _pod_view(pod: PodState, saturation: Saturation, svc: ServiceModel) -> _PodView:
     m = pod.metrics
     assert m is not None
@@ -191,12 +209,13 @@ def build_report(
     service: ServiceModel = DEFAULT_SERVICE,
     now: float | None = None,
     wall_time: float | None = None,
+    url: str | None = None,
 ) -> capacity_pb2.CapacityReport:
-    """One report for the whole pool; `now` is monotonic (as `PodMetrics.scraped_at`)."""
+    """One report for the whole pool; `now` is monotonic (as `PodMetrics.scraped_at`); `url`
+    overrides the gateway URL derived from the spec (e.g. the port actually bound)."""
     now = time.monotonic() if now is None else now
     pods = pool.pods()
-    adapters = known_adapters(pods)
-    bases_by_pod = {p.name: sorted(p.models - adapters) for p in pods}
+    bases_by_pod, adapters = classify_models(pods)
     all_bases = {b for bases in bases_by_pod.values() for b in bases}
     sole_base = next(iter(all_bases)) if len(all_bases) == 1 else None
     max_staleness_s = spec.scrape.max_staleness_ms / 1000.0
@@ -217,7 +236,7 @@ def build_report(
         cluster_id=spec.cluster_id,
         region=spec.region,
         zone=spec.zone,
-        gateway_url=gateway_url(spec),
+        gateway_url=url or gateway_url(spec),
         sequence=seq,
         sent_at=_timestamp(time.time() if wall_time is None else wall_time),
         models=[_model_capacity(name, per_model[name], service) for name in sorted(per_model)],

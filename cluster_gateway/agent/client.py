@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import grpc
 from tenacity import (
@@ -30,6 +31,7 @@ from cluster_gateway.agent.aggregate import (
     ServiceModel,
     build_report,
     default_saturation,
+    gateway_url,
     significant_state,
 )
 from cluster_gateway.pool import EndpointPool
@@ -40,6 +42,7 @@ from common.proto.fleetgate.v1 import capacity_pb2, capacity_pb2_grpc
 log = logging.getLogger(__name__)
 
 MIN_INTERVAL_S = 0.05
+_UNSPECIFIED_HOSTS = ("0.0.0.0", "::", "")
 _DENIED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
@@ -54,7 +57,11 @@ class StreamLost(Exception):
 
 class CapacityAgent:
     """Runs until cancelled. `connected`, `drain_requested` and `last_directive` are for the gateway
-    (status, readiness) and for tests."""
+    (status, readiness) and for tests.
+
+    `gateway_url`, when given, supplies the URL Tier 2 should send traffic to (e.g. from the port the
+    gateway actually bound); while it returns None the agent waits before connecting.
+    """
 
     def __init__(
         self,
@@ -69,6 +76,7 @@ class CapacityAgent:
         backoff_max_s: float = 5.0,
         silence_timeout_s: float | None = None,
         on_drain: Callable[[bool], None] | None = None,
+        gateway_url: Callable[[], str | None] | None = None,
     ) -> None:
         if spec.global_router is None:
             raise ConfigError("globalRouter: must be set to run the capacity agent")
@@ -84,6 +92,7 @@ class CapacityAgent:
         self.backoff_max_s = backoff_max_s
         self._silence_timeout_s = silence_timeout_s
         self._on_drain = on_drain
+        self._gateway_url = gateway_url
         self._metadata = (("authorization", f"Bearer {token}"),)  # never logged
         self._root_certs = _read_ca(self.link.ca_file) if self.link.tls and self.link.ca_file else None
         self.interval_s = max(MIN_INTERVAL_S, self.link.report_interval_ms / 1000.0)
@@ -101,6 +110,12 @@ class CapacityAgent:
 
     # --- public ------------------------------------------------------------------
     async def run(self) -> None:
+        url = await self._wait_for_url()
+        if urlsplit(url).hostname in _UNSPECIFIED_HOSTS:
+            log.warning(
+                "capacity agent: gateway URL %s is a wildcard address the router cannot reach; set publicUrl",
+                url,
+            )
         log.info(
             "capacity agent for cluster %r reporting to %s (%s)",
             self.spec.cluster_id,
@@ -131,7 +146,17 @@ class CapacityAgent:
     def report_now(self) -> capacity_pb2.CapacityReport:
         """The next report (advances the sequence)."""
         self._seq += 1
-        return build_report(self.spec, self.pool, self._seq, self.saturation, service=self.service)
+        url = self._gateway_url() if self._gateway_url is not None else None
+        return build_report(self.spec, self.pool, self._seq, self.saturation, service=self.service, url=url)
+
+    async def _wait_for_url(self) -> str:
+        if self._gateway_url is None:
+            return gateway_url(self.spec)
+        while True:  # the gateway has not bound its port yet; polled, as it has no event for that
+            url = self._gateway_url()
+            if url is not None:
+                return url
+            await asyncio.sleep(0.01)
 
     # --- one stream ------------------------------------------------------------------
     def _channel(self) -> grpc.aio.Channel:

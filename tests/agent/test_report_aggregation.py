@@ -143,3 +143,23 @@ def test_significant_state_changes_when_a_pod_saturates_or_goes_stale_but_not_on
     assert saturated != base
     pool.record_scrape_failure("p", stale_after=1)
     assert significant_state(pool, SAT, 1.0) != saturated
+
+
+def test_idle_adapters_fold_under_the_base_model_that_other_pods_list_alone() -> None:
+    pool = EndpointPool()
+    add_pod(pool, "plain", models={"llama"})
+    add_pod(pool, "lora", models={"llama", "sql-lora", "chat-lora"})  # no adapter activity yet
+    m = by_model(build_report(make_spec(), pool, 1, SAT))
+    assert set(m) == {"llama"}
+    assert m["llama"].ready_pods == 2
+    assert list(m["llama"].adapters_available) == ["chat-lora", "sql-lora"]
+    assert list(m["llama"].adapters_resident) == []
+
+
+def test_unresolvable_names_are_reported_as_models_so_they_stay_routable() -> None:
+    pool = EndpointPool()
+    add_pod(pool, "a", models={"llama", "idle-lora"})
+    add_pod(pool, "b", models={"llama", "idle-lora"})
+    m = by_model(build_report(make_spec(), pool, 1, SAT))
+    assert set(m) == {"llama", "idle-lora"}
+    assert m["llama"].ready_pods == m["idle-lora"].ready_pods == 2

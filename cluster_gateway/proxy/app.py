@@ -26,7 +26,7 @@ from cluster_gateway.proxy.headers import client_headers, upstream_request_heade
 from common.config.gateway import Proxy
 from common.errors import OpenAIError
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, ParsedRequest, parse_request
-from common.telemetry import extract_context, inject_traceparent
+from common.telemetry import extract_context
 
 log = logging.getLogger("fleetgate.gateway.proxy")
 
@@ -184,7 +184,6 @@ class ProxyApp:
         async def work() -> None:
             token = otel_context.attach(ctx)
             try:
-                inject_traceparent(upstream)
                 await self.forwarder.forward(pick, path, body, upstream, guarded_send)
             finally:
                 otel_context.detach(token)

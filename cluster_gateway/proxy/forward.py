@@ -28,6 +28,7 @@ from cluster_gateway.pool import PodState
 from cluster_gateway.proxy.dispatch import Dispatcher, Pick
 from cluster_gateway.proxy.headers import downstream_response_headers
 from common.errors import OpenAIError
+from common.telemetry import inject_traceparent
 
 log = logging.getLogger("fleetgate.gateway.proxy")
 
@@ -85,8 +86,10 @@ class Forwarder:
                     span.set_attribute("fleetgate.pod", pod.name)
                     span.set_attribute("fleetgate.attempt", i + 1)
                     t0 = time.monotonic()
+                    attempt_headers = dict(headers)
+                    inject_traceparent(attempt_headers)  # the pod's parent span is this attempt
                     req = self.client.build_request(
-                        "POST", pod.endpoint.url + path, content=body, headers=headers
+                        "POST", pod.endpoint.url + path, content=body, headers=attempt_headers
                     )
                     try:
                         resp = await self.client.send(req, stream=True)

@@ -1,0 +1,77 @@
+"""A real gateway over real simulated pods, all on loopback in the test's event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from cluster_gateway.gateway import ClusterGateway
+from common.config.gateway import GatewaySpec
+from common.config.loader import load_config_data
+from modelsim.fleet import PodSpec, SimFleet
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def tiny(**kw: Any) -> PodSpec:
+    return PodSpec(profile="tiny", **kw)
+
+
+def gateway_spec(urls: list[str], **overrides: Any) -> GatewaySpec:
+    data: dict[str, Any] = {
+        "discovery": {"static": {"endpoints": urls}},
+        "scrape": {"intervalMs": 50, "timeoutMs": 500, "maxStalenessMs": 1000},
+        "proxy": {"debugHeaders": True},
+    }
+    for k, v in overrides.items():
+        if isinstance(v, dict) and isinstance(data.get(k), dict):
+            data[k] = {**data[k], **v}
+        else:
+            data[k] = v
+    return load_config_data(data, GatewaySpec, source="test")
+
+
+async def wait_ready(gw: ClusterGateway, n_pods: int, within_s: float = 10.0) -> None:
+    """Until every pod has fresh metrics and a model list (routing can use all of them)."""
+    deadline = asyncio.get_running_loop().time() + within_s
+    while asyncio.get_running_loop().time() < deadline:
+        pods = gw.pool.pods()
+        if len(pods) == n_pods and all(not p.stale and p.models for p in pods):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"gateway not ready: {[(p.name, p.stale, p.models) for p in gw.pool.pods()]}")
+
+
+@contextlib.asynccontextmanager
+async def running(
+    specs: list[PodSpec], **overrides: Any
+) -> AsyncIterator[tuple[SimFleet, ClusterGateway, httpx.AsyncClient]]:
+    async with SimFleet(specs) as fleet:
+        spec = gateway_spec(fleet.urls, **overrides)
+        gw = ClusterGateway(spec, port=0, extproc_port=0)
+        await gw.start()
+        try:
+            await wait_ready(gw, len(specs))
+            async with httpx.AsyncClient(base_url=gw.url, timeout=30) as client:
+                yield fleet, gw, client
+        finally:
+            await gw.stop()
+
+
+def served_requests(fleet: SimFleet, i: int) -> int:
+    """Requests pod `i` finished, from the simulator's own counters (not the gateway's word)."""
+    counters = fleet.state(i)["counters"]["request_success_total"]
+    return int(sum(counters.values()))
+
+
+def chat(content: str, max_tokens: int = 4, **extra: Any) -> dict[str, Any]:
+    return {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": max_tokens,
+        **extra,
+    }

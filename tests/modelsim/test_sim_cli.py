@@ -1,0 +1,77 @@
+"""`fleetgate sim`: one line per bound address, faults from flags, clean SIGTERM, clear config errors."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _sim(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "fleetgate.cli", "sim", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_serves_pods_logs_addresses_and_stops_on_sigterm() -> None:
+    proc = _sim("--pods", "2", "--base-port", "0", "--profile", "tiny", "--adapters", "x",
+                "--fault", "1:crash", "--metrics-format", "sglang")  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline() for _ in range(2)]
+        urls = [re.search(r"listening on (http://\S+)", ln).group(1) for ln in lines]  # type: ignore[union-attr]
+        assert len(set(urls)) == 2
+        r = httpx.post(urls[0] + "/v1/completions", json={"model": "x", "prompt": "hi", "max_tokens": 2})
+        assert r.status_code == 200
+        assert "sglang:num_running_reqs" in httpx.get(urls[0] + "/metrics").text
+        try:
+            httpx.get(urls[1] + "/health", timeout=2)
+            raise AssertionError("pod 1 should refuse connections")
+        except httpx.ConnectError:
+            pass
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+
+
+def test_bad_pod_spec_file_names_the_field(tmp_path: Path) -> None:
+    spec = tmp_path / "pods.yaml"
+    spec.write_text("pods:\n  - profile: tiny\n    maxLora: many\n")
+    proc = _sim("--pod-spec", str(spec), "--base-port", "0")
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode != 0
+    assert "pods[0].maxLora" in err
+
+    spec.write_text("pods:\n  - profile: warp-drive\n")
+    proc = _sim("--pod-spec", str(spec), "--base-port", "0")
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode != 0 and "warp-drive" in err
+
+
+def test_heterogeneous_pod_spec_file(tmp_path: Path) -> None:
+    spec = tmp_path / "pods.yaml"
+    spec.write_text(
+        "pods:\n"
+        "  - {profile: tiny, replicas: 2, adapters: [a], preloadAdapters: [a]}\n"
+        "  - {profile: tiny, metricsFormat: tgi, model: other-model}\n"
+    )
+    proc = _sim("--pod-spec", str(spec), "--base-port", "0")
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline() for _ in range(3)]
+        assert "metrics=tgi" in lines[2] and "other-model" in lines[2]
+        url = re.search(r"listening on (http://\S+)", lines[2]).group(1)  # type: ignore[union-attr]
+        assert "tgi_queue_size" in httpx.get(url + "/metrics").text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0

@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client import Counter as PromCounter
-from prometheus_client import Gauge
 
 from common.config.router import CapacityServer as CapacityServerConfig
 from common.proto.fleetgate.v1 import capacity_pb2, capacity_pb2_grpc
@@ -30,12 +30,20 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = "fleetgate.v1.CapacityService"
 
-REPORTS = PromCounter(
-    "fleetgate_capacity_reports_total",
-    "Capacity reports received by the router, by outcome",
-    ["result"],
-)
-STREAMS = Gauge("fleetgate_capacity_agent_streams", "Open agent report streams")
+
+class CapacityMetrics:
+    """Prometheus series of the capacity server, in the registry the router app exposes."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.reports = PromCounter(
+            "fleetgate_capacity_reports",
+            "Capacity reports received by the router, by outcome",
+            ["result"],
+            registry=registry,
+        )
+        self.streams = Gauge(
+            "fleetgate_capacity_agent_streams", "Open agent report streams", registry=registry
+        )
 
 
 class ReportError(ValueError):
@@ -86,18 +94,18 @@ class _Servicer(capacity_pb2_grpc.CapacityServiceServicer):
         try:
             cluster_id = owner.auth.authenticate(context.invocation_metadata())
         except AuthError as exc:
-            REPORTS.labels("unauthenticated").inc()
+            owner.metrics.reports.labels("unauthenticated").inc()
             log.warning("capacity: refused a stream from %s: %s", context.peer(), exc)
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
             return
         owner._streams[cluster_id] += 1
-        STREAMS.inc()
+        owner.metrics.streams.inc()
         log.info("capacity: agent for cluster %r connected from %s", cluster_id, context.peer())
         last_seq = 0
         try:
             async for report in request_iterator:
                 if report.cluster_id != cluster_id:
-                    REPORTS.labels("forbidden").inc()
+                    owner.metrics.reports.labels("forbidden").inc()
                     log.warning(
                         "capacity: agent of cluster %r tried to report for %r; stream closed",
                         cluster_id,
@@ -110,19 +118,19 @@ class _Servicer(capacity_pb2_grpc.CapacityServiceServicer):
                     return
                 message = ""
                 if report.sequence <= last_seq:
-                    REPORTS.labels("stale").inc()
+                    owner.metrics.reports.labels("stale").inc()
                     message = f"sequence {report.sequence} ignored: not after {last_seq}"
                 else:
                     try:
                         validate_report(report)
                     except ReportError as exc:
-                        REPORTS.labels("invalid").inc()
+                        owner.metrics.reports.labels("invalid").inc()
                         message = f"report {report.sequence} rejected: {exc}"
                         log.warning("capacity: cluster %r: %s", cluster_id, message)
                     else:
                         last_seq = report.sequence
                         await owner.fleet.publish(state_from_report(report, time.time()))
-                        REPORTS.labels("accepted").inc()
+                        owner.metrics.reports.labels("accepted").inc()
                 yield capacity_pb2.Directive(
                     ack=capacity_pb2.Ack(sequence=last_seq),
                     report_interval_ms=owner.cfg.report_interval_ms,
@@ -133,16 +141,19 @@ class _Servicer(capacity_pb2_grpc.CapacityServiceServicer):
             owner._streams[cluster_id] -= 1
             if owner._streams[cluster_id] <= 0:
                 del owner._streams[cluster_id]
-            STREAMS.dec()
+            owner.metrics.streams.dec()
             log.info("capacity: agent for cluster %r disconnected", cluster_id)
 
 
 class CapacityServer:
     """grpc.aio server for CapacityService plus grpc.health.v1 on one port."""
 
-    def __init__(self, cfg: CapacityServerConfig, fleet: FleetView) -> None:
+    def __init__(
+        self, cfg: CapacityServerConfig, fleet: FleetView, *, registry: CollectorRegistry | None = None
+    ) -> None:
         self.cfg = cfg
         self.fleet = fleet
+        self.metrics = CapacityMetrics(registry if registry is not None else CollectorRegistry())
         self.auth = AgentAuthenticator(cfg.agents)
         if (cfg.tls_cert_file is None) != (cfg.tls_key_file is None):
             raise ValueError("capacity.tlsCertFile and capacity.tlsKeyFile must be set together")

@@ -68,9 +68,14 @@ async def running_agent(
     token: str = TOKEN_A,
     cluster_id: str = "c-a",
     interval_ms: int = 1000,
+    tls_ca_file: str | None = None,
     **kw: Any,
 ) -> AsyncIterator[CapacityAgent]:
     spec = make_spec(f"127.0.0.1:{port}", cluster_id=cluster_id, interval_ms=interval_ms)
+    if tls_ca_file is not None:
+        assert spec.global_router is not None
+        spec.global_router.tls = True
+        spec.global_router.ca_file = tls_ca_file
     agent = CapacityAgent(spec, pool, token=token, backoff_initial_s=0.05, backoff_max_s=0.3, **kw)
     task = asyncio.create_task(agent.run())
     try:

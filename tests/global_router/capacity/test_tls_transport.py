@@ -1,0 +1,78 @@
+"""With tlsCertFile/tlsKeyFile the CapacityService speaks TLS; agents verify it with caFile."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cluster_gateway.agent.client import CapacityAgent
+from common.config.gateway import GlobalRouterLink
+from common.config.loader import ConfigError
+from global_router.capacity_server import CapacityServer
+from global_router.fleet_view import MemoryFleetView
+from tests.agent.pools import make_spec
+from tests.global_router.capacity.helpers import (
+    running_agent,
+    running_server,
+    sample_pool,
+    server_config,
+    wait_for,
+)
+
+
+@pytest.fixture
+def cert(tmp_path: Path) -> tuple[str, str]:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl not installed")
+    key, crt = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(crt)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )  # fmt: skip
+    return str(crt), str(key)
+
+
+async def test_agent_reports_over_tls_verified_with_the_ca_file(cert: tuple[str, str]) -> None:
+    crt, key = cert
+    async with running_server(tls_cert_file=crt, tls_key_file=key) as (server, port, fleet):
+        assert server.tls
+        async with running_agent(port, sample_pool(), tls_ca_file=crt) as agent:
+            await wait_for(lambda: agent.connected and fleet.get("c-a") is not None, what="report over TLS")
+
+
+async def test_plaintext_agent_cannot_talk_to_a_tls_router(cert: tuple[str, str]) -> None:
+    crt, key = cert
+    async with (
+        running_server(tls_cert_file=crt, tls_key_file=key) as (_, port, fleet),
+        running_agent(port, sample_pool()) as agent,
+    ):
+        await wait_for(lambda: agent.last_error is not None, what="plaintext refused")
+        assert not agent.connected
+        assert fleet.snapshot() == []
+
+
+def test_half_tls_config_and_unreadable_ca_are_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"tlsCertFile and capacity\.tlsKeyFile"):
+        CapacityServer(server_config(tls_cert_file=str(tmp_path / "c.pem")), MemoryFleetView())
+    spec = make_spec()
+    spec.global_router = GlobalRouterLink(
+        address="127.0.0.1:1", tls=True, ca_file=str(tmp_path / "missing.pem")
+    )
+    with pytest.raises(ConfigError, match=r"globalRouter\.caFile"):
+        CapacityAgent(spec, sample_pool(), token="t")
+
+
+async def test_unreadable_server_certificate_fails_start_naming_the_field(tmp_path: Path) -> None:
+    server = CapacityServer(
+        server_config(tls_cert_file=str(tmp_path / "nope.pem"), tls_key_file=str(tmp_path / "nope.key")),
+        MemoryFleetView(),
+    )
+    with pytest.raises(ValueError, match=r"capacity\.tls(Key|Cert)File"):
+        await server.start()

@@ -65,8 +65,17 @@ class FreshFilter:
 
     def filter(self, ctx: SchedulingContext, pods: list[PodState]) -> list[PodState]:
         oldest = ctx.now - ctx.staleness_s
+        fresh = [
+            p
+            for p in pods
+            if (m := p.metrics) is not None
+            and m.scraped_at >= oldest
+            and not p.stale
+            and p.consecutive_failures == 0
+        ]
+        if len(fresh) == len(pods):
+            return fresh
         ok = [p for p in pods if p.metrics is not None and not p.stale and p.consecutive_failures == 0]
-        fresh = [p for p in ok if p.metrics is not None and p.metrics.scraped_at >= oldest]
         if fresh:
             return fresh if len(fresh) * 2 >= len(ok) else ok
         ctx.degraded = True
@@ -88,11 +97,11 @@ class SaturationFilter:
             return pods
         qd = ctx.profile.queue_depth
         kvt = ctx.profile.kv_usage
-        out = []
-        for p in pods:
-            m = p.metrics
-            if m is None or (m.waiting < qd and (m.kv_usage is None or m.kv_usage < kvt)):
-                out.append(p)
+        out = [
+            p
+            for p in pods
+            if (m := p.metrics) is None or (m.waiting < qd and ((kv := m.kv_usage) is None or kv < kvt))
+        ]
         if not out:
             ctx.saturated = True
             return pods

@@ -174,16 +174,32 @@ class Scheduler:
 def _weighted_totals(
     ctx: SchedulingContext, pods: list[PodState], scorers: list[tuple[float, Scorer]]
 ) -> tuple[list[float], dict[str, list[float]]]:
+    """Sum of weight * score per pod. A scorer that rates every candidate the same (a base-model request
+    for `lora`, no cached prefix for `prefix`) cannot change the ranking: it is added as one
+    constant instead of a pass over the pods."""
     per: dict[str, list[float]] = {}
-    totals: list[float] | None = None
+    varying: list[tuple[float, list[float]]] = []
+    offset = 0.0
     for w, s in scorers:
         sc = s.score(ctx, pods)
         per[s.name] = sc
-        if totals is None:
-            totals = [w * x for x in sc]
+        if sc.count(sc[0]) == len(sc):
+            offset += w * sc[0]
         else:
-            totals = [t + w * x for t, x in zip(totals, sc, strict=True)]
-    return (totals if totals is not None else [0.0] * len(pods)), per
+            varying.append((w, sc))
+    if not varying:
+        return [offset] * len(pods), per
+    # Two scorers per pass: at 1000 pods the loop overhead, not the arithmetic, is the cost.
+    w0, first = varying[0]
+    totals = [offset + w0 * x for x in first]
+    for k in range(1, len(varying), 2):
+        wa, a = varying[k]
+        if k + 1 < len(varying):
+            wb, b = varying[k + 1]
+            totals = [t + wa * x + wb * y for t, x, y in zip(totals, a, b, strict=True)]
+        else:
+            totals = [t + wa * x for t, x in zip(totals, a, strict=True)]
+    return totals, per
 
 
 def _scores_of(
@@ -193,9 +209,10 @@ def _scores_of(
     per: dict[str, list[float]],
     weight_sum: float,
 ) -> dict[str, float]:
-    for i, p in enumerate(pods):
-        if p is chosen:
-            out = {name: sc[i] for name, sc in per.items()}
-            out["total"] = totals[i] / weight_sum if weight_sum else 0.0
-            return out
-    return {"total": 0.0}  # chosen as a last resort, outside the scored candidates
+    try:
+        i = list(map(id, pods)).index(id(chosen))
+    except ValueError:
+        return {"total": 0.0}  # chosen as a last resort, outside the scored candidates
+    out = {name: sc[i] for name, sc in per.items()}
+    out["total"] = totals[i] / weight_sum if weight_sum else 0.0
+    return out

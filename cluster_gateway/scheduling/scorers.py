@@ -12,6 +12,8 @@ so a hot shared prompt piles onto one pod (`prefix` fades affinity as that pod's
 
 from __future__ import annotations
 
+from itertools import compress
+
 from cluster_gateway.pool import PodState
 from cluster_gateway.scheduling.types import SchedulingContext
 
@@ -29,8 +31,9 @@ def _min_max_lower_better(values: list[int] | list[float], min_span: float) -> l
     hi = max(values)
     if hi == lo:
         return [1.0] * len(values)
-    span = float(max(hi - lo, min_span))
-    return [1.0 - (v - lo) / span for v in values]
+    inv = 1.0 / max(hi - lo, min_span)
+    top = 1.0 + lo * inv  # 1 - (v - lo) / span, with one multiply per pod
+    return [top - v * inv for v in values]
 
 
 INFLIGHT_MIN_SPAN = 8.0
@@ -91,19 +94,14 @@ class KVCacheScorer:
     name = "kv_cache"
 
     def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
+        kvs = [m.kv_usage if (m := p.metrics) is not None else None for p in pods]
         tokens = ctx.request.prompt_tokens  # this prompt stands in for the ones dispatched since the scrape
-        out = []
-        for p in pods:
-            m = p.metrics
-            if m is None or m.kv_usage is None:
-                out.append(NEUTRAL)
-                continue
-            kv = m.kv_usage
-            d = p.dispatched_since_scrape
-            if d and m.num_gpu_blocks and m.block_size:
-                kv += d * tokens / (m.num_gpu_blocks * m.block_size)
-            out.append(1.0 - kv if kv < 1.0 else 0.0)
-        return out
+        for i in compress(range(len(pods)), [p.dispatched_since_scrape for p in pods]):
+            kv = kvs[i]
+            m = pods[i].metrics
+            if kv is not None and m is not None and m.num_gpu_blocks and m.block_size:
+                kvs[i] = kv + pods[i].dispatched_since_scrape * tokens / (m.num_gpu_blocks * m.block_size)
+        return [NEUTRAL if kv is None else (1.0 - kv if kv < 1.0 else 0.0) for kv in kvs]
 
 
 class RawKVCacheScorer:
@@ -112,12 +110,12 @@ class RawKVCacheScorer:
     name = "kv_raw"
 
     def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
-        out = []
-        for p in pods:
-            m = p.metrics
-            kv = m.kv_usage if m is not None else None
-            out.append(NEUTRAL if kv is None else max(0.0, 1.0 - kv))
-        return out
+        return [
+            NEUTRAL
+            if (kv := m.kv_usage if (m := p.metrics) is not None else None) is None
+            else max(0.0, 1.0 - kv)
+            for p in pods
+        ]
 
 
 class PrefixScorer:
@@ -141,13 +139,13 @@ class PrefixScorer:
         kvt = ctx.profile.kv_usage
         q = ctx.est_queue(pods)
         out = [0.0] * n
-        get = matches.get
-        for i, p in enumerate(pods):
-            matched = get(p.endpoint.name)
-            if not matched:
-                continue
+        index = ctx.pod_index(pods)
+        for name, matched in matches.items():
+            i = index.get(name)
+            if i is None:
+                continue  # not a candidate for this request
             damp = 1.0 - q[i] * fade
-            m = p.metrics
+            m = pods[i].metrics
             if damp <= 0.0 or (m is not None and m.kv_usage is not None and m.kv_usage >= kvt):
                 continue
             out[i] = damp * matched / total

@@ -112,9 +112,16 @@ class SchedulingContext:
         q: list[int] | None = self.memo.get("est_queue")
         if q is None:
             q = self.memo["est_queue"] = [
-                (p.metrics.waiting if p.metrics is not None else 0) + p.dispatched_since_scrape for p in pods
+                (m.waiting if (m := p.metrics) is not None else 0) + p.dispatched_since_scrape for p in pods
             ]
         return q
+
+    def pod_index(self, pods: list[PodState]) -> dict[str, int]:
+        """Candidate position by pod name, for scorers that start from a few names (prefix matches)."""
+        idx: dict[str, int] | None = self.memo.get("pod_index")
+        if idx is None:
+            idx = self.memo["pod_index"] = {p.endpoint.name: i for i, p in enumerate(pods)}
+        return idx
 
 
 class Filter(Protocol):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import time
 from dataclasses import dataclass, field
 
@@ -19,6 +20,7 @@ import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from cluster_gateway.metrics.engines import read_pod_metrics
+from cluster_gateway.metrics.fetch import Fetcher, FetchError, HttpxFetcher, KeepAliveFetcher
 from cluster_gateway.pool import Endpoint, EndpointPool, EngineType
 from common.config.gateway import Scrape
 
@@ -26,20 +28,12 @@ log = logging.getLogger(__name__)
 
 _DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _MODELS_RETRY_S = 1.0  # until a pod's first /v1/models answer, retry at least this often
-_MAX_BODY_BYTES = 16 * 1024 * 1024
-
-
-class _ScrapeFailed(Exception):
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
 
 
 @dataclass(slots=True)
 class _PodWorker:
     endpoint: Endpoint
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    detected_engine: EngineType | None = None  # from the body, when neither endpoint nor config says
 
 
 class ScraperMetrics:
@@ -54,7 +48,7 @@ class ScraperMetrics:
         )
         self.failures = Counter(
             "fleetgate_scrape_failures",
-            "Failed pod scrapes by reason (timeout, connect, http_status, bad_body)",
+            "Failed pod scrapes by reason (timeout, connect, protocol, http_status, bad_body)",
             ["reason"],
             registry=registry,
         )
@@ -69,7 +63,11 @@ class ScraperMetrics:
 
 
 class Scraper:
-    """Writes pod metrics (`record_scrape`/`record_scrape_failure`) and models into the pool."""
+    """Writes pod metrics (`record_scrape`/`record_scrape_failure`) and models into the pool.
+
+    Without `client` it uses its own lean keep-alive connections (see `http_get`); with one (e.g.
+    for TLS or a custom transport) it uses that client, which the caller keeps and closes.
+    """
 
     def __init__(
         self,
@@ -84,8 +82,7 @@ class Scraper:
         self._timeout_s = scrape.timeout_ms / 1000
         self._max_staleness_s = scrape.max_staleness_ms / 1000
         self._default_engine: EngineType | None = None if scrape.engine == "auto" else scrape.engine
-        self._client = client
-        self._owns_client = client is None
+        self._fetcher: Fetcher = HttpxFetcher(client) if client is not None else KeepAliveFetcher()
         self._semaphore: asyncio.Semaphore | None = None
         self._workers: dict[str, _PodWorker] = {}
         self._detected: dict[str, tuple[Endpoint, EngineType]] = {}
@@ -114,10 +111,8 @@ class Scraper:
         await asyncio.gather(*(self._refresh_models(p.name) for p in self._pool.pods()))
 
     async def aclose(self) -> None:
-        """Close the HTTP client if this scraper created it."""
-        if self._owns_client and self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        """Close the connections this scraper opened (a given httpx client stays open)."""
+        await self._fetcher.aclose()
 
     # --- membership ------------------------------------------------------------------------
     def _sync_workers(self) -> None:
@@ -126,6 +121,7 @@ class Scraper:
             for task in self._workers.pop(name).tasks:
                 task.cancel()
             self._detected.pop(name, None)
+            self._fetcher.forget(name)
         for name, endpoint in current.items():
             worker = self._workers.get(name)
             if worker is None:
@@ -147,7 +143,9 @@ class Scraper:
     # --- loops -----------------------------------------------------------------------------
     async def _scrape_loop(self, name: str) -> None:
         loop = asyncio.get_running_loop()
-        next_at = loop.time()
+        # First scrape at once (a new pod becomes routable quickly), then a random phase so pods
+        # discovered together do not all hit the semaphore and the network in the same instant.
+        next_at = loop.time() - random.random() * self._interval_s
         while True:
             try:
                 await self._scrape_pod(name)
@@ -171,16 +169,6 @@ class Scraper:
             )
 
     # --- one scrape ------------------------------------------------------------------------
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            limit = self._cfg.max_concurrency
-            self._client = httpx.AsyncClient(
-                limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit),
-                timeout=self._timeout_s,
-                trust_env=False,  # pods are reached directly, never through an HTTP(S)_PROXY
-            )
-        return self._client
-
     def _slots(self) -> asyncio.Semaphore:
         if self._semaphore is None:
             self._semaphore = asyncio.Semaphore(self._cfg.max_concurrency)
@@ -194,22 +182,13 @@ class Scraper:
         detected = self._detected.get(pod_name)
         return detected[1] if detected is not None and detected[0] == endpoint else None
 
-    async def _fetch(self, url: str) -> bytes:
+    async def _fetch(self, endpoint: Endpoint, path: str, channel: str) -> bytes:
         async with self._slots():
             try:
                 async with asyncio.timeout(self._timeout_s):
-                    resp = await self._http().get(url, timeout=self._timeout_s)
+                    return await self._fetcher.get(endpoint, path, channel)
             except TimeoutError:
-                raise _ScrapeFailed("timeout", f"no answer within {self._cfg.timeout_ms} ms") from None
-            except httpx.TimeoutException:
-                raise _ScrapeFailed("timeout", f"no answer within {self._cfg.timeout_ms} ms") from None
-            except httpx.HTTPError as exc:
-                raise _ScrapeFailed("connect", f"{type(exc).__name__}: {exc}") from None
-        if resp.status_code != 200:
-            raise _ScrapeFailed("http_status", f"HTTP {resp.status_code}")
-        if len(resp.content) > _MAX_BODY_BYTES:
-            raise _ScrapeFailed("bad_body", f"body of {len(resp.content)} bytes")
-        return resp.content
+                raise FetchError("timeout", f"no answer within {self._cfg.timeout_ms} ms") from None
 
     async def _scrape_pod(self, name: str) -> None:
         pod = self._pool.get(name)
@@ -219,16 +198,16 @@ class Scraper:
         was_stale = pod.stale and pod.metrics is not None
         started = time.perf_counter()
         try:
-            body = await self._fetch(endpoint.url + "/metrics")
+            body = await self._fetch(endpoint, "/metrics", "metrics")
             engine = self._engine_for(name, endpoint)
             try:
                 metrics = read_pod_metrics(body, engine, scraped_at=time.monotonic())
             except ValueError as exc:
                 self._detected.pop(name, None)  # a different engine may now answer at this name
-                raise _ScrapeFailed("bad_body", str(exc)) from None
+                raise FetchError("bad_body", str(exc)) from None
             if engine is None:
                 self._detected[name] = (endpoint, metrics.engine)
-        except _ScrapeFailed as exc:
+        except FetchError as exc:
             self.metrics.failures.labels(exc.reason).inc()
             self._pool.record_scrape_failure(name, self._cfg.stale_after_misses)
             self._check_overdue(name, time.monotonic())
@@ -267,22 +246,22 @@ class Scraper:
         if pod is None:
             return False
         try:
-            ids = await self._served_models(pod.endpoint.url)
-        except (_ScrapeFailed, ValueError, KeyError, TypeError) as exc:
+            ids = await self._served_models(pod.endpoint)
+        except (FetchError, ValueError, KeyError, TypeError) as exc:
             self.metrics.models_failures.inc()
             log.debug("models refresh failed: %s", exc, extra={"pod": name})
             return False
         self._pool.set_models(name, ids)
         return True
 
-    async def _served_models(self, base_url: str) -> list[str]:
+    async def _served_models(self, endpoint: Endpoint) -> list[str]:
         """Model ids from the OpenAI `/v1/models` list; TGI without it answers `/info` instead."""
         try:
-            body = await self._fetch(base_url + "/v1/models")
-        except _ScrapeFailed as exc:
-            if "HTTP 404" not in str(exc):
+            body = await self._fetch(endpoint, "/v1/models", "models")
+        except FetchError as exc:
+            if exc.status != 404:
                 raise
-            info = json.loads(await self._fetch(base_url + "/info"))
+            info = json.loads(await self._fetch(endpoint, "/info", "models"))
             return [str(info["model_id"])]
         data = json.loads(body)["data"]
         return [str(entry["id"]) for entry in data]

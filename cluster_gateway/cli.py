@@ -99,6 +99,9 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"fleetgate gateway: {exc}", file=sys.stderr)
         return 2
-    _setup_logging(args)
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per scrape otherwise
+    try:
+        _setup_logging(args)
+    except ValueError as exc:  # e.g. an unknown --log-level or traces exporter
+        print(f"fleetgate gateway: {exc}", file=sys.stderr)
+        return 2
     return asyncio.run(_serve(spec, args))

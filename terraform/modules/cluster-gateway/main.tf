@@ -1,0 +1,72 @@
+locals {
+  chart            = coalesce(var.chart, "${path.module}/../../../deploy/helm/fleetgate-cluster-gateway")
+  token_secret     = "${var.release_name}-agent-token"
+  router_address   = try(nonsensitive(var.global_router.address), null)
+  router_tls       = try(nonsensitive(var.global_router.tls), false)
+  reports_to_route = local.router_address != null
+}
+
+module "spec" {
+  source = "../gateway-spec"
+
+  cluster_id            = var.cluster_id
+  region                = var.region
+  zone                  = var.zone
+  public_url            = var.public_url
+  discovery             = var.discovery
+  ext_proc_enabled      = var.ext_proc_enabled || var.envoy_gateway.enabled
+  global_router_address = local.router_address
+  global_router_tls     = local.router_tls
+  capacity              = var.capacity
+  extra_spec            = var.extra_spec
+}
+
+resource "kubernetes_namespace_v1" "this" {
+  count = var.create_namespace ? 1 : 0
+  metadata {
+    name   = var.namespace
+    labels = { "app.kubernetes.io/part-of" = "fleetgate" }
+  }
+}
+
+# The agent token lives only in this Secret (and in state: keep the state backend encrypted).
+resource "kubernetes_secret_v1" "agent_token" {
+  count = local.reports_to_route ? 1 : 0
+  metadata {
+    name      = local.token_secret
+    namespace = var.namespace
+  }
+  data       = { token = var.global_router.token }
+  depends_on = [kubernetes_namespace_v1.this]
+}
+
+resource "helm_release" "this" {
+  name             = var.release_name
+  namespace        = var.namespace
+  chart            = local.chart
+  repository       = var.chart_repository
+  version          = var.chart_version
+  create_namespace = false
+  atomic           = true
+  wait             = true
+  timeout          = 600
+
+  values = concat([yamlencode({
+    fullnameOverride = var.release_name
+    image            = { repository = var.image.repository, tag = var.image.tag }
+    replicaCount     = var.replicas
+    gateway          = module.spec.spec
+    agentToken       = { existingSecret = local.reports_to_route ? local.token_secret : "", key = "token" }
+    service          = { type = var.service.type, annotations = var.service.annotations }
+    envoyGateway = {
+      enabled          = var.envoy_gateway.enabled
+      gatewayClassName = var.envoy_gateway.gateway_class_name
+      inferencePool = {
+        matchLabels = var.envoy_gateway.match_labels
+        targetPort  = var.envoy_gateway.target_port
+      }
+    }
+  })], var.extra_values)
+
+  depends_on = [kubernetes_namespace_v1.this, kubernetes_secret_v1.agent_token]
+}

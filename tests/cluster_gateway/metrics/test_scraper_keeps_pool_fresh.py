@@ -7,6 +7,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
+import httpx
 from prometheus_client import CollectorRegistry
 
 from cluster_gateway.metrics.scraper import Scraper
@@ -199,3 +200,21 @@ async def test_two_scrapers_in_one_process_do_not_clash() -> None:
     pool = EndpointPool()
     first, second = Scraper(pool, Scrape()), Scraper(pool, Scrape())
     assert first.registry is not second.registry
+
+
+async def test_a_given_httpx_client_is_used_and_left_open() -> None:
+    ok, hung = FakePod("ok", _vllm(waiting=4), models=["llama"]), FakePod("hung", _vllm(waiting=0))
+    hung.hang = True
+    async with running(ok, hung), httpx.AsyncClient() as client:
+        pool = EndpointPool()
+        pool.set_endpoints([ok.endpoint(), hung.endpoint()])
+        scraper = Scraper(pool, Scrape(timeout_ms=200, stale_after_misses=1), client=client)
+        await scraper.scrape_once()
+        await scraper.refresh_models_once()
+        ok_state, hung_state = pool.get("ok"), pool.get("hung")
+        assert ok_state is not None and ok_state.metrics is not None and ok_state.metrics.waiting == 4
+        assert ok_state.models == {"llama"}
+        assert hung_state is not None and hung_state.stale
+        assert _sample(scraper.registry, "fleetgate_scrape_failures_total", {"reason": "timeout"}) == 1
+        await scraper.aclose()
+        assert not client.is_closed

@@ -19,7 +19,13 @@ from kubernetes.client.exceptions import ApiException
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
 from cluster_gateway.k8s.client import current_namespace
-from cluster_gateway.k8s.reflector import KubeObject, Reflector, WatchTimings, describe_error
+from cluster_gateway.k8s.reflector import (
+    KubeObject,
+    Reflector,
+    WatchTimings,
+    describe_error,
+    in_daemon_thread,
+)
 from common.config.gateway import CRD_GROUP, CRD_KIND, CRD_PLURAL, CRD_VERSION, GatewaySpec
 from common.config.loader import ConfigError, load_config_data
 
@@ -127,7 +133,7 @@ class CrdConfigSource:
                 reraise=True,
             ):
                 with attempt:
-                    obj = await asyncio.to_thread(self._get)
+                    obj = await in_daemon_thread(self._get, f"get-{self.label}")
         except ApiException as exc:
             raise ConfigError(f"{self.label}: {self._explain(exc)}") from None
         except Exception as exc:

@@ -18,13 +18,15 @@ import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_random_exponential
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 KubeObject = dict[str, Any]
 # A blocking call returning the collection's current items and the resourceVersion to watch from.
@@ -45,6 +47,33 @@ class WatchTimings:
 
 class _WatchEndedEarly(Exception):
     """The server closed a watch immediately without events: retry with backoff, don't spin."""
+
+
+async def in_daemon_thread(fn: Callable[[], T], name: str = "k8s-call") -> T:
+    """Like `asyncio.to_thread`, but a hung API call can never hold up loop or process shutdown."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: Any, exc: BaseException | None) -> None:
+        if future.done():  # the awaiting task was cancelled
+            return
+        if exc is not None:
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
+
+    def work() -> None:
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            result = fn()
+        except BaseException as exc:
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=work, name=name, daemon=True).start()
+    return await future
 
 
 def is_gone(exc: BaseException) -> bool:
@@ -133,7 +162,7 @@ class Reflector:
     async def _relist(self) -> None:
         async for attempt in self._retrying("list"):
             with attempt:
-                items, rv = await asyncio.to_thread(self._list_fn)
+                items, rv = await in_daemon_thread(self._list_fn, f"list-{self.name}")
         self.relists += 1
         self.resource_version = rv
         self._events_since_list = 0

@@ -23,7 +23,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from cluster_gateway.k8s.crd_source import resource_label
-from cluster_gateway.k8s.reflector import describe_error
+from cluster_gateway.k8s.reflector import describe_error, in_daemon_thread
 from common.config.crd import Condition, GatewayStatus
 from common.config.gateway import CRD_GROUP, CRD_PLURAL, CRD_VERSION
 
@@ -181,7 +181,7 @@ class StatusReporter:
             self._last_attempt = self._clock()
             body = {"status": msgspec.to_builtins(self._status(obs))}
             try:
-                await asyncio.to_thread(self._patch, body)
+                await in_daemon_thread(lambda: self._patch(body), f"status-{self.label}")
             except Exception as exc:
                 self._log_failure(exc)
                 self._failures += 1

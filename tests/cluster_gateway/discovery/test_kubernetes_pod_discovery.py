@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -218,3 +219,24 @@ async def test_cancel_closes_watch_connections(
     with contextlib.suppress(asyncio.CancelledError):
         await task
     await eventually(lambda: apiserver.open_watches == 0, 1.0, "watch connection closed")
+
+
+async def test_shutdown_is_prompt_even_while_an_api_call_hangs(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    apiserver.hang_next = 1  # the initial list never answers
+
+    async def gateway_lifetime() -> None:
+        task = asyncio.create_task(_selector_source(api_client).run(EndpointPool()))
+        await eventually(lambda: bool(apiserver.requests), 2.0, "list sent")
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    def whole_process_loop() -> float:
+        started = time.monotonic()
+        asyncio.run(gateway_lifetime())  # includes the loop's executor shutdown
+        return time.monotonic() - started
+
+    took = await asyncio.wait_for(asyncio.to_thread(whole_process_loop), 10)
+    assert took < 2.0, f"shutdown waited {took:.1f}s for a hung API request"

@@ -138,6 +138,8 @@ class FakeApiServer:
         self.log: list[tuple[int, str, str, dict[str, Any]]] = []  # rv, collection, type, object
         self.requests: list[RecordedRequest] = []
         self.fail_next: list[int] = []  # HTTP codes for the next requests (any path)
+        self.hang_next = 0  # the next N requests get no answer until the server stops
+        self._release = asyncio.Event()
         self._watchers: set[_Watcher] = set()
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
@@ -156,6 +158,7 @@ class FakeApiServer:
         return self.port
 
     async def stop(self) -> None:
+        self._release.set()
         self.drop_watches(abrupt=False)
         if self._server is not None and self._task is not None:
             self._server.should_exit = True
@@ -270,6 +273,11 @@ class FakeApiServer:
         self.requests.append(
             RecordedRequest(method, path, query, body, headers.get("content-type", ""), headers)
         )
+        if self.hang_next > 0:
+            self.hang_next -= 1
+            await self._release.wait()
+            await self._json(send, 503, _status(503, "ServiceUnavailable", "server stopping"))
+            return
         if self.fail_next:
             code = self.fail_next.pop(0)
             await self._json(send, code, _status(code, "InternalError", f"injected failure {code}"))

@@ -1,0 +1,138 @@
+"""Real clusters on loopback for router integration tests: SimFleet pods + ClusterGateway + its agent,
+and global router replicas (optionally sharing a real redis-server)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cluster_gateway.gateway import ClusterGateway
+from common.config.gateway import GatewaySpec
+from common.config.loader import load_config_data
+from common.config.router import GlobalRouterConfig
+from global_router.router import GlobalRouter
+from global_router.tenants import hash_key
+from modelsim.fleet import PodSpec, SimFleet
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+KEY = "sk-int-interactive"
+BATCH_KEY = "sk-int-batch"
+
+
+@dataclass
+class SimCluster:
+    cluster_id: str
+    sims: SimFleet
+    gateway: ClusterGateway
+
+    async def kill(self) -> None:
+        """The whole cluster goes away at once: pods refuse connections, the gateway stops."""
+        for i in range(len(self.sims.pods)):
+            self.sims.set_fault(i, "crash")
+        await self.gateway.stop()
+
+    async def stop(self) -> None:
+        await self.gateway.stop()
+        await self.sims.stop()
+
+
+def agent_token(cluster_id: str) -> str:
+    return f"agent-token-{cluster_id}"
+
+
+def router_config(
+    clusters: list[str],
+    *,
+    redis_url: str | None = None,
+    fail_mode: str = "open",
+    tenants: list[dict[str, Any]] | None = None,
+    **extra: Any,
+) -> GlobalRouterConfig:
+    data: dict[str, Any] = {
+        "capacity": {
+            "reportIntervalMs": 200,
+            "staleAfterS": 1.5,
+            "agents": [{"clusterId": c, "tokenSha256": hash_key(agent_token(c))} for c in clusters],
+        },
+        "tenants": [
+            {"name": "web", "apiKeySha256": [hash_key(KEY)]},
+            {"name": "nightly", "apiKeySha256": [hash_key(BATCH_KEY)], "trafficClass": "batch"},
+            *(tenants or []),
+        ],
+        "failover": {"ejectAfterFailures": 2, "ejectBaseS": 5, "connectTimeoutS": 1.0},
+    }
+    if redis_url is not None:
+        data["redis"] = {"url": redis_url, "reportTtlS": 5, "failMode": fail_mode, "localShare": 0.5}
+    data.update(extra)
+    return load_config_data(data, GlobalRouterConfig)
+
+
+async def start_router(cfg: GlobalRouterConfig) -> GlobalRouter:
+    router = GlobalRouter(cfg, http_port=0, grpc_port=0)
+    await router.start()
+    return router
+
+
+async def start_cluster(
+    cluster_id: str,
+    tmp: Path,
+    router_grpc_port: int,
+    *,
+    region: str = "us",
+    pods: int = 2,
+    cost: float = 2.5,
+    capacity_type: str = "on-demand",
+    draining: bool = False,
+    time_scale: float = 1.0,
+) -> SimCluster:
+    sims = SimFleet([PodSpec(profile="tiny", seed=i, time_scale=time_scale) for i in range(pods)])
+    await sims.start()
+    token_file = tmp / f"{cluster_id}.token"
+    token_file.write_text(agent_token(cluster_id))
+    spec = load_config_data(
+        {
+            "clusterId": cluster_id,
+            "region": region,
+            "discovery": {"static": {"endpoints": sims.urls}},
+            "scrape": {"intervalMs": 50, "modelsRefreshS": 1},
+            "globalRouter": {
+                "address": f"127.0.0.1:{router_grpc_port}",
+                "tokenFile": str(token_file),
+                "reportIntervalMs": 200,
+            },
+            "capacity": {"costPerGpuHour": cost, "capacityType": capacity_type, "draining": draining},
+        },
+        GatewaySpec,
+    )
+    gateway = ClusterGateway(spec, port=0)
+    await gateway.start()
+    return SimCluster(cluster_id, sims, gateway)
+
+
+async def wait_for(cond: Callable[[], bool], within_s: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + within_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def fresh_ready(router: GlobalRouter, cluster_ids: list[str]) -> Callable[[], bool]:
+    """All named clusters reported fresh with ready pods serving MODEL, as this replica sees it."""
+
+    def check() -> bool:
+        now = time.time()
+        seen = {
+            c.cluster_id
+            for c in router.fleet.snapshot()
+            if router.selector.is_fresh(c, now)
+            and (m := c.models.get(MODEL)) is not None
+            and m.ready_pods > 0
+        }
+        return set(cluster_ids) <= seen
+
+    return check

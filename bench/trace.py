@@ -1,0 +1,133 @@
+"""Seeded arrival traces: a Poisson base with bursts, short chats and long generations, shared
+system prompts and LoRA adapters, so every policy in a comparison replays the very same traffic."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRequest:
+    at_s: float  # arrival offset from the start of the run
+    kind: str  # "chat" | "long"
+    model: str
+    messages: tuple[tuple[str, str], ...]
+    max_tokens: int
+    system_id: int  # which shared system prompt (-1: none)
+
+    def body(self, *, stream: bool = True) -> dict[str, object]:
+        body: dict[str, object] = {
+            "model": self.model,
+            "messages": [{"role": r, "content": c} for r, c in self.messages],
+            "max_tokens": self.max_tokens,
+            "stream": stream,
+        }
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        return body
+
+
+@dataclass(slots=True)
+class TraceSpec:
+    duration_s: float = 60.0
+    base_rps: float = 4.0
+    burst_every_s: float = 20.0
+    burst_len_s: float = 4.0
+    burst_factor: float = 5.0  # rate multiplier inside a burst
+    long_fraction: float = 0.2
+    chat_output: tuple[int, int] = (40, 200)
+    long_output: tuple[int, int] = (600, 1200)
+    system_prompts: int = 4
+    system_prompt_tokens: int = 800
+    user_tokens: tuple[int, int] = (40, 400)
+    base_model: str = "meta-llama/Llama-3.1-8B-Instruct"
+    adapters: tuple[str, ...] = ()
+    adapter_fraction: float = 0.0
+    seed: int = 7
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+_WORDS = [
+    "the",
+    "gpu",
+    "cache",
+    "token",
+    "model",
+    "server",
+    "request",
+    "queue",
+    "latency",
+    "prompt",
+    "answer",
+    "system",
+    "user",
+    "batch",
+    "route",
+    "cluster",
+    "region",
+    "adapter",
+    "memory",
+    "decode",
+    "prefill",
+    "stream",
+    "chunk",
+    "budget",
+    "shard",
+    "replica",
+]
+
+
+def _text(rng: random.Random, tokens: int) -> str:
+    # ~4 characters per token (common.tokens): words average ~5 chars + a space.
+    out: list[str] = []
+    n = 0
+    while n < tokens * 4:
+        w = rng.choice(_WORDS)
+        out.append(w)
+        n += len(w) + 1
+    return " ".join(out)
+
+
+def _rate_at(spec: TraceSpec, t: float) -> float:
+    in_burst = spec.burst_every_s > 0 and (t % spec.burst_every_s) >= spec.burst_every_s - spec.burst_len_s
+    return spec.base_rps * (spec.burst_factor if in_burst else 1.0)
+
+
+def generate(spec: TraceSpec) -> list[TraceRequest]:
+    """Non-homogeneous Poisson arrivals by thinning, deterministic for a given spec."""
+    rng = random.Random(spec.seed)
+    systems = [
+        f"You are assistant #{i}. " + _text(rng, spec.system_prompt_tokens)
+        for i in range(spec.system_prompts)
+    ]
+    peak = spec.base_rps * max(1.0, spec.burst_factor)
+    out: list[TraceRequest] = []
+    t = 0.0
+    while True:
+        t += rng.expovariate(peak)
+        if t >= spec.duration_s:
+            break
+        if rng.random() > _rate_at(spec, t) / peak:
+            continue
+        long = rng.random() < spec.long_fraction
+        lo, hi = spec.long_output if long else spec.chat_output
+        model = spec.base_model
+        if spec.adapters and rng.random() < spec.adapter_fraction:
+            model = rng.choice(spec.adapters)
+        sid = rng.randrange(len(systems)) if systems else -1
+        msgs: list[tuple[str, str]] = []
+        if sid >= 0:
+            msgs.append(("system", systems[sid]))
+        msgs.append(("user", _text(rng, rng.randint(*spec.user_tokens))))
+        out.append(
+            TraceRequest(
+                at_s=t,
+                kind="long" if long else "chat",
+                model=model,
+                messages=tuple(msgs),
+                max_tokens=rng.randint(lo, hi),
+                system_id=sid,
+            )
+        )
+    return out

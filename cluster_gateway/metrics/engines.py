@@ -25,13 +25,30 @@ __all__ = [
     "ENGINES",
     "EngineMapping",
     "MetricsMappingError",
+    "PodSample",
+    "PrefixCounters",
     "detect_engine",
     "read_pod_metrics",
+    "read_pod_sample",
 ]
 
 
 class MetricsMappingError(ValueError):
     """The body lacks a required metric or holds an unusable value (the scrape counts as failed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixCounters:
+    """Cumulative prefix-cache counters (tokens), for a hit rate over a recent window."""
+
+    hits: float
+    queries: float
+
+
+@dataclass(frozen=True, slots=True)
+class PodSample:
+    metrics: PodMetrics
+    prefix: PrefixCounters | None  # None: the engine exposes no prefix-cache counters
 
 
 class EngineMapping(Protocol):
@@ -40,6 +57,8 @@ class EngineMapping(Protocol):
     signature: frozenset[str]  # any of these present ⇒ the body comes from this engine
 
     def to_metrics(self, families: Families, scraped_at: float) -> PodMetrics: ...
+
+    def prefix_counters(self, families: Families) -> PrefixCounters | None: ...
 
 
 # --- value helpers ---------------------------------------------------------------------------
@@ -141,13 +160,18 @@ class VllmMapping:
             metrics.max_lora = _int_label(newest.labels.get("max_lora")) or 0
         return metrics
 
-    @staticmethod
-    def _prefix_hit_rate(families: Families) -> float | None:
-        """Lifetime hits/queries (token counts); None until the pod has answered a query."""
+    def prefix_counters(self, families: Families) -> PrefixCounters | None:
         queries = _sum(families, "vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
         hits = _sum(families, "vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
-        if queries and hits is not None and queries > 0:
-            return min(1.0, max(0.0, hits / queries))
+        return None if queries is None or hits is None else PrefixCounters(hits, queries)
+
+    def _prefix_hit_rate(self, families: Families) -> float | None:
+        """Lifetime hits/queries (token counts); None until the pod has answered a query.
+
+        The scraper narrows this to a recent window from successive counter readings."""
+        counters = self.prefix_counters(families)
+        if counters is not None and counters.queries > 0:
+            return min(1.0, max(0.0, counters.hits / counters.queries))
         return _fraction(families, "vllm:gpu_prefix_cache_hit_rate")
 
 
@@ -169,6 +193,9 @@ class SglangMapping:
             scraped_at=scraped_at,
         )
 
+    def prefix_counters(self, families: Families) -> PrefixCounters | None:
+        return None  # SGLang reports a hit-rate gauge, already recent
+
 
 class TgiMapping:
     """TGI exposes no KV-cache or LoRA gauge: pods are scored on queue and batch size."""
@@ -186,6 +213,9 @@ class TgiMapping:
             batch_max_tokens=_count(families, "tgi_batch_current_max_tokens") if max_tokens else None,
             scraped_at=scraped_at,
         )
+
+    def prefix_counters(self, families: Families) -> PrefixCounters | None:
+        return None
 
 
 ENGINES: dict[EngineType, EngineMapping] = {
@@ -209,8 +239,8 @@ def detect_engine(body: bytes | str) -> EngineType | None:
     return _detect(_ANY_ENGINE.read(body))
 
 
-def read_pod_metrics(body: bytes | str, engine: EngineType | None, scraped_at: float) -> PodMetrics:
-    """Parse a `/metrics` body into PodMetrics; `engine=None` detects it from the body.
+def read_pod_sample(body: bytes | str, engine: EngineType | None, scraped_at: float) -> PodSample:
+    """Parse a `/metrics` body into PodMetrics (+ raw prefix counters); `engine=None` detects it.
 
     Raises MetricsMappingError (or common.promtext.PromTextError, also a ValueError) for a body
     that cannot be used.
@@ -220,6 +250,12 @@ def read_pod_metrics(body: bytes | str, engine: EngineType | None, scraped_at: f
         engine = _detect(families)
         if engine is None:
             raise MetricsMappingError("no vLLM, SGLang or TGI metrics in the body")
-        return ENGINES[engine].to_metrics(families, scraped_at)
+    else:
+        families = reader_for(ENGINES[engine].wanted).read(body)
     mapping = ENGINES[engine]
-    return mapping.to_metrics(reader_for(mapping.wanted).read(body), scraped_at)
+    return PodSample(mapping.to_metrics(families, scraped_at), mapping.prefix_counters(families))
+
+
+def read_pod_metrics(body: bytes | str, engine: EngineType | None, scraped_at: float) -> PodMetrics:
+    """`read_pod_sample(...).metrics`: the engine-neutral view of one body."""
+    return read_pod_sample(body, engine, scraped_at).metrics

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from cluster_gateway.metrics.engines import read_pod_metrics
+from cluster_gateway.metrics.engines import read_pod_sample
 from cluster_gateway.metrics.fetch import Fetcher, FetchError, HttpxFetcher, KeepAliveFetcher
+from cluster_gateway.metrics.prefix_window import PrefixHitWindow
 from cluster_gateway.pool import Endpoint, EndpointPool, EngineType
 from common.config.gateway import Scrape
 
@@ -86,6 +87,7 @@ class Scraper:
         self._semaphore: asyncio.Semaphore | None = None
         self._workers: dict[str, _PodWorker] = {}
         self._detected: dict[str, tuple[Endpoint, EngineType]] = {}
+        self._prefix = PrefixHitWindow()
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = ScraperMetrics(self.registry)
 
@@ -122,6 +124,7 @@ class Scraper:
                 task.cancel()
             self._detected.pop(name, None)
             self._fetcher.forget(name)
+            self._prefix.forget(name)
         for name, endpoint in current.items():
             worker = self._workers.get(name)
             if worker is None:
@@ -200,13 +203,19 @@ class Scraper:
         try:
             body = await self._fetch(endpoint, "/metrics", "metrics")
             engine = self._engine_for(name, endpoint)
+            scraped_at = time.monotonic()
             try:
-                metrics = read_pod_metrics(body, engine, scraped_at=time.monotonic())
+                sample = read_pod_sample(body, engine, scraped_at)
             except ValueError as exc:
                 self._detected.pop(name, None)  # a different engine may now answer at this name
                 raise FetchError("bad_body", str(exc)) from None
+            metrics = sample.metrics
             if engine is None:
                 self._detected[name] = (endpoint, metrics.engine)
+            if sample.prefix is not None:
+                metrics.prefix_cache_hit_rate = self._prefix.update(
+                    name, scraped_at, sample.prefix, metrics.prefix_cache_hit_rate
+                )
         except FetchError as exc:
             self.metrics.failures.labels(exc.reason).inc()
             self._pool.record_scrape_failure(name, self._cfg.stale_after_misses)

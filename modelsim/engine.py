@@ -30,6 +30,7 @@ from modelsim.stats import EngineStats
 log = logging.getLogger("modelsim.engine")
 
 Batch = list[tuple[SimRequest, int]]
+MAX_CATCH_UP_S = 0.05  # how far behind the step clock may fall before it resynchronises
 
 
 class Engine:
@@ -183,23 +184,31 @@ class Engine:
     async def _run(self) -> None:
         assert self._wake is not None
         loop = asyncio.get_running_loop()
+        # The step clock runs on virtual time: a step starts when the previous one ended, even
+        # if a busy event loop woke us a little late, so CPU contention from other pods or the
+        # load generator does not silently lower the simulated GPU's throughput.
+        step_end = loop.time()
         while True:
             if not self.running and not self.waiting:
                 self._wake.clear()
                 await self._wake.wait()
+                step_end = loop.time()
                 continue
-            t0 = loop.time()
-            batch, loads = self._schedule(t0)
+            now = loop.time()
+            t0 = step_end if now - step_end < MAX_CATCH_UP_S else now
+            batch, loads = self._schedule(now)
             if not batch:  # nothing fits this instant (cannot last: max_model_len <= KV pool)
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), 0.01)
+                step_end = loop.time()
                 continue
             duration = self._step_duration(batch, loads)
             self.last_step_s = duration
             self.stats.steps_total += 1
             self.stats.busy_seconds_total += duration
-            await asyncio.sleep(max(0.0, t0 + duration - loop.time()))
+            step_end = t0 + duration
+            await asyncio.sleep(max(0.0, step_end - loop.time()))
             self._apply(batch, loop.time())
 
     def _step_duration(self, batch: Batch, loads: int) -> float:

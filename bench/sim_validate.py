@@ -1,0 +1,228 @@
+"""Validate the simulator against its own hardware profile: `python -m bench.sim_validate [--quick]`.
+
+Starts one simulated pod in a separate process (`fleetgate sim`), drives it with closed-loop
+streaming clients at several concurrencies, and prints measured output throughput, TTFT and
+inter-token latency next to what the profile's roofline predicts for that batch, plus the
+simulator process's CPU use (so fleet-sized benchmarks can be planned for a 2-core machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from common.tokens import count_tokens
+from modelsim.profiles import HardwareProfile, get_profile
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+@dataclass
+class LevelResult:
+    concurrency: int
+    requests: int = 0
+    output_tokens: int = 0
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    ttfts: list[float] = field(default_factory=list)
+    itls: list[float] = field(default_factory=list)
+    errors: int = 0
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def proc_cpu_s(pid: int) -> float:
+    """utime + stime of a process, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def prompt_for(i: int, tokens: int) -> str:
+    head = f"bench request {i:08d}: "
+    return (head * (4 * tokens // len(head) + 1))[: 4 * tokens]
+
+
+async def one_request(
+    c: httpx.AsyncClient, i: int, prompt_tokens: int, max_tokens: int, res: LevelResult
+) -> None:
+    body = {"model": MODEL, "prompt": prompt_for(i, prompt_tokens), "max_tokens": max_tokens, "stream": True}
+    t0 = time.monotonic()
+    last: float | None = None
+    try:
+        async with c.stream("POST", "/v1/completions", json=body) as r:
+            if r.status_code != 200:
+                res.errors += 1
+                await r.aread()
+                return
+            async for line in r.aiter_lines():
+                if not line.startswith("data: {"):
+                    continue
+                now = time.monotonic()
+                choices = json.loads(line[6:])["choices"]
+                n = sum(count_tokens(ch["text"]) for ch in choices)
+                if n == 0:
+                    continue
+                if last is None:
+                    res.ttfts.append(now - t0)
+                else:
+                    res.itls.extend([(now - last) / n] * n)  # merged deltas: spread the gap per token
+                last = now
+    except httpx.HTTPError:
+        res.errors += 1
+        return
+    res.requests += 1
+
+
+async def run_level(
+    urls: list[str], pid: int, concurrency: int, duration_s: float, prompt_tokens: int, max_tokens: int
+) -> LevelResult:
+    """`concurrency` closed-loop clients per pod, on every pod at once."""
+    res = LevelResult(concurrency)
+    limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
+    clients = [httpx.AsyncClient(base_url=u, timeout=120, limits=limits) for u in urls]
+    try:
+        counter = iter(range(10**9))
+        rng = random.Random(concurrency)
+        deadline = time.monotonic() + duration_s
+        stagger_s = min(duration_s / 4, 0.02 * max_tokens)
+
+        async def worker(c: httpx.AsyncClient, w: int) -> None:
+            # Desynchronise the closed loop: staggered starts, output lengths 0.5x..1.5x.
+            await asyncio.sleep(stagger_s * w / concurrency)
+            while time.monotonic() < deadline:
+                out = rng.randint(max(1, max_tokens // 2), max_tokens * 3 // 2)
+                await one_request(c, next(counter) * 1000 + w, prompt_tokens, out, res)
+
+        async def steady_window() -> None:
+            # Throughput and CPU from the servers' own counters, between the end of the ramp-up
+            # and the deadline, so neither the staggered start nor the drain dilutes them.
+            await asyncio.sleep(stagger_s)
+            tok0, cpu0, t0 = await generated(clients), proc_cpu_s(pid), time.monotonic()
+            await asyncio.sleep(max(0.1, deadline - time.monotonic()))
+            res.output_tokens = int(await generated(clients) - tok0)
+            res.cpu_s = proc_cpu_s(pid) - cpu0
+            res.wall_s = time.monotonic() - t0
+
+        workers = [worker(c, w) for c in clients for w in range(concurrency)]
+        await asyncio.gather(steady_window(), *workers)
+    finally:
+        for c in clients:
+            await c.aclose()
+    return res
+
+
+async def generated(clients: list[httpx.AsyncClient]) -> float:
+    total = 0.0
+    for c in clients:
+        body = (await c.get("/metrics")).text
+        m = re.search(r"^vllm:generation_tokens_total\{[^}]*\} (\S+)$", body, re.M)
+        total += float(m.group(1)) if m else 0.0
+    return total
+
+
+def expected(p: HardwareProfile, c: int, prompt: int, out: int, scale: float) -> tuple[float, float, float]:
+    """Roofline prediction at steady state with `c` requests in the batch: (tok/s, TTFT, ITL p50).
+
+    Every request needs `out` decode steps shared by the whole batch, and its prefill rides in one
+    step (per chunk) with the batch's decodes, stretching that step; throughput is the batch's
+    tokens over that total GPU time.
+    """
+    batch = min(c, p.max_num_seqs)
+    ctx = batch * (prompt + out // 2)
+    decode = p.step_seconds(batch, batch, ctx)
+    chunks = -(-prompt // p.max_num_batched_tokens)
+    chunk = min(prompt, p.max_num_batched_tokens)
+    with_prefill = p.step_seconds(batch, chunk + batch - 1, ctx + chunk)
+    ttft = chunks * with_prefill
+    gpu_time = out * decode + batch * chunks * (with_prefill - decode)
+    return batch * out / gpu_time / scale, ttft * scale, decode * scale
+
+
+def start_sim(profile: str, time_scale: float, pods: int) -> tuple[subprocess.Popen[str], list[str]]:
+    cmd = [sys.executable, "-m", "fleetgate.cli", "sim", "--pods", str(pods), "--base-port", "0",
+           "--profile", profile, "--time-scale", str(time_scale), "--log-level", "warning"]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    urls = []
+    for _ in range(pods):
+        line = proc.stdout.readline()
+        m = re.search(r"listening on (http://\S+)", line)
+        if not m:
+            proc.kill()
+            raise SystemExit(f"simulator did not start: {line!r}")
+        urls.append(m.group(1))
+    return proc, urls
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    p = get_profile(args.profile)
+    levels = [int(x) for x in args.concurrency.split(",")]
+    proc, urls = start_sim(args.profile, args.time_scale, args.pods)
+    try:
+        print(f"profile {p.name} ({p.gpu}), {args.pods} pod(s) in one simulator process (pid {proc.pid}), "
+              f"time_scale {args.time_scale}, prompt {args.prompt_tokens} tok, output ~{args.max_tokens} tok "
+              f"(0.5x-1.5x), {args.duration:g} s per level; conc = clients per pod, tok/s = all pods")  # fmt: skip
+        print()
+        hdr = (
+            "| conc | reqs | tok/s meas | tok/s exp | TTFT p50 ms | TTFT p99 ms | TTFT exp ms "
+            "| ITL p50 ms | ITL p99 ms | ITL exp ms | sim CPU % |"
+        )
+        print(hdr)
+        print("|" + "---|" * (hdr.count("|") - 1))
+        for c in levels:
+            r = await run_level(urls, proc.pid, c, args.duration, args.prompt_tokens, args.max_tokens)
+            tput, ttft, itl = expected(p, c, args.prompt_tokens, args.max_tokens, args.time_scale)
+            tput *= args.pods
+            print(
+                f"| {c} | {r.requests} | {r.output_tokens / r.wall_s:.0f} | {tput:.0f} "
+                f"| {1e3 * pct(r.ttfts, 0.5):.1f} | {1e3 * pct(r.ttfts, 0.99):.1f} | {1e3 * ttft:.1f} "
+                f"| {1e3 * pct(r.itls, 0.5):.2f} | {1e3 * pct(r.itls, 0.99):.2f} | {1e3 * itl:.2f} "
+                f"| {100 * r.cpu_s / r.wall_s:.0f} |" + (f" errors={r.errors}" if r.errors else ""),
+                flush=True,
+            )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.sim_validate", description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="three short levels (~10 s in all)")
+    ap.add_argument("--profile", default="h100-llama3-8b")
+    ap.add_argument("--pods", type=int, default=1, help="pods in the simulator process (CPU budget check)")
+    ap.add_argument("--time-scale", type=float, default=1.0)
+    ap.add_argument("--concurrency", default="1,4,16,64")
+    ap.add_argument("--duration", type=float, default=8.0, help="seconds per load level")
+    ap.add_argument("--prompt-tokens", type=int, default=512)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.concurrency = "1,8,32" if args.concurrency == "1,4,16,64" else args.concurrency
+        args.duration = min(args.duration, 3.0)
+    return asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,463 @@
+"""The headline benchmark: TTFT under bursty traffic, Fleetgate vs the balancers people use instead.
+
+One arrival trace (Poisson base with spikes; short chats and long generations; shared system
+prompts; LoRA adapters with fewer slots than adapters) is replayed against the same simulated
+fleet once per policy. Each policy gets a fresh fleet (cold caches, no adapters resident) so no
+run inherits another's warm state. Fleetgate's baselines run through the very same gateway process
+(profiles `round-robin`, `least-inflight` = least connections, `random`, `reference` = the Gateway
+API Inference Extension's default scorers), so proxy overhead is equal and only the policy differs;
+the peer routers `sglang-router` and `vllm-router` (Rust) run in front of the same pods when
+installed (`--peers` installs them into `.venv-peers`).
+
+    fleetgate bench routing [--quick] [--policies a,b,...] [--peers]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import math
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import yaml
+
+from bench.loadgen import Result, replay
+from bench.stats import Summary, coefficient_of_variation, summarise
+from bench.trace import TraceRequest, TraceSpec, generate
+from common.promtext import parse_families
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+PEERS_VENV = ROOT / ".venv-peers"
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+ADAPTERS = tuple(f"support-lora-{i}" for i in range(6))
+FLEETGATE_PROFILES = ("latency", "throughput", "reference", "least-inflight", "random", "round-robin")
+PEER_POLICIES = ("sglang:cache_aware", "sglang:power_of_two", "vllm:cache_aware", "vllm:power_of_two")
+
+
+@dataclass(slots=True)
+class Setup:
+    pods: int
+    profile: str
+    time_scale: float
+    kv_capacity_tokens: int | None
+    max_num_seqs: int | None
+    max_lora: int
+    trace: TraceSpec
+
+
+@dataclass(slots=True)
+class PolicyRun:
+    policy: str
+    results: list[Result]
+    wall_s: float
+    load: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # pod → (t, running+waiting)
+    kv: dict[str, list[float]] = field(default_factory=dict)
+    summary: Summary | None = None
+
+
+def _port_block(n: int) -> int:
+    """A base port with n consecutive free ports (checked by binding)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = int(s.getsockname()[1])
+        if base + n >= 65000:
+            continue
+        ok = True
+        for p in range(base, base + n):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError("no free port block")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_http(url: str, timeout_s: float, proc: subprocess.Popen[bytes], ok: int = 200) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process for {url} exited with {proc.returncode}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=1.0).status_code == ok:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} not ready after {timeout_s}s")
+
+
+@contextlib.contextmanager
+def _process(cmd: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+def _sim_command(setup: Setup, base_port: int, workdir: Path) -> list[str]:
+    entry: dict[str, object] = {
+        "profile": setup.profile,
+        "model": MODEL,
+        "adapters": list(ADAPTERS),
+        "maxLora": setup.max_lora,
+        "timeScale": setup.time_scale,
+        "replicas": setup.pods,
+    }
+    if setup.kv_capacity_tokens:
+        entry["kvCapacityTokens"] = setup.kv_capacity_tokens
+    if setup.max_num_seqs:
+        entry["maxNumSeqs"] = setup.max_num_seqs
+    spec = workdir / "pods.yaml"
+    spec.write_text(yaml.safe_dump({"pods": [entry]}))
+    return [
+        sys.executable,
+        "-m",
+        "fleetgate",
+        "sim",
+        "--pod-spec",
+        str(spec),
+        "--base-port",
+        str(base_port),
+        "--log-level",
+        "warning",
+    ]
+
+
+def _gateway_command(pod_urls: list[str], port: int, workdir: Path, time_scale: float) -> list[str]:
+    cfg = {
+        "discovery": {"static": {"endpoints": pod_urls}},
+        "scheduling": {
+            "defaultProfile": "latency",
+            # uniform random among pods that serve the model (zero weights → equal scores)
+            "profiles": {
+                "random": {"weights": {}, "filters": ["model", "healthy"], "picker": "weighted_random"}
+            },
+        },
+        # the simulator runs time_scale times slower than a GPU; the admission deadline scales with it
+        "admission": {"queueTimeoutMs": int(60_000 * time_scale)},
+        "proxy": {"readTimeoutS": 900},
+    }
+    path = workdir / "gateway.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return [
+        sys.executable,
+        "-m",
+        "fleetgate",
+        "gateway",
+        "--config",
+        str(path),
+        "--port",
+        str(port),
+        "--log-level",
+        "WARNING",
+    ]
+
+
+def _peer_command(policy: str, pod_urls: list[str], port: int) -> list[str] | None:
+    family, pol = policy.split(":", 1)
+    exe = PEERS_VENV / "bin" / ("sglang-router" if family == "sglang" else "vllm-router")
+    if not exe.exists():
+        return None
+    if family == "sglang":
+        return [
+            str(exe),
+            "launch",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--policy",
+            pol,
+            "--worker-urls",
+            *pod_urls,
+        ]
+    return [str(exe), "--host", "127.0.0.1", "--port", str(port), "--policy", pol, "--worker-urls", *pod_urls]
+
+
+def install_peers() -> None:
+    """Peer routers go in their own venv so their dependencies never touch Fleetgate's."""
+    if not PEERS_VENV.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(PEERS_VENV)], check=True)
+    subprocess.run(
+        [str(PEERS_VENV / "bin" / "pip"), "install", "-q", "sglang-router", "vllm-router"], check=True
+    )
+
+
+async def _sample_pods(pod_urls: list[str], run: PolicyRun, stop: asyncio.Event, t0: float) -> None:
+    wanted = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
+    async with httpx.AsyncClient(timeout=2.0) as client:
+        while not stop.is_set():
+            for url in pod_urls:
+                try:
+                    body = (await client.get(url + "/metrics")).content
+                except httpx.HTTPError:
+                    continue
+                fams = parse_families(body, wanted)
+                load = sum(s.value for f in wanted[:2] for s in fams.get(f, []))
+                kv = sum(s.value for s in fams.get(wanted[2], []))
+                run.load.setdefault(url, []).append((time.perf_counter() - t0, load))
+                run.kv.setdefault(url, []).append(kv)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.5)
+
+
+def _progress(policy: str) -> Callable[[int, int], None]:
+    last = [0.0]
+
+    def show(done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - last[0] > 2 or done == total:
+            last[0] = now
+            print(f"\r  {policy:<22} {done:>5}/{total} requests done", end="", file=sys.stderr, flush=True)
+
+    return show
+
+
+def run_policy(policy: str, setup: Setup, trace_reqs: list[TraceRequest], workdir: Path) -> PolicyRun | None:
+    base = _port_block(setup.pods)
+    pod_urls = [f"http://127.0.0.1:{base + i}" for i in range(setup.pods)]
+    front_port = _free_port()
+    tag = policy.replace(":", "_")
+    with _process(_sim_command(setup, base, workdir), workdir / f"sim-{tag}.log") as sim:
+        for u in pod_urls:
+            _wait_http(u + "/health", 30, sim)
+        if policy in FLEETGATE_PROFILES:
+            cmd = _gateway_command(pod_urls, front_port, workdir, setup.time_scale)
+            headers = {"x-fleetgate-profile": policy}
+        else:
+            peer = _peer_command(policy, pod_urls, front_port)
+            if peer is None:
+                print(f"  {policy}: not installed (run with --peers), skipped", file=sys.stderr)
+                return None
+            cmd, headers = peer, {}
+        with _process(cmd, workdir / f"front-{tag}.log") as front:
+            _wait_http(f"http://127.0.0.1:{front_port}/v1/models", 60, front)
+            time.sleep(0.5)  # a few scrapes so the gateway sees every pod
+
+            async def go() -> PolicyRun:
+                run = PolicyRun(policy, [], 0.0)
+                stop = asyncio.Event()
+                t0 = time.perf_counter()
+                sampler = asyncio.create_task(_sample_pods(pod_urls, run, stop, t0))
+                run.results = await replay(
+                    f"http://127.0.0.1:{front_port}", trace_reqs, headers=headers, progress=_progress(policy)
+                )
+                run.wall_s = time.perf_counter() - t0
+                stop.set()
+                await sampler
+                return run
+
+            run = asyncio.run(go())
+            print(file=sys.stderr)
+    per_pod_busy = [sum(v for _, v in series) / max(1, len(series)) for series in run.load.values()]
+    run.summary = summarise(policy, run.results, run.wall_s, coefficient_of_variation(per_pod_busy))
+    return run
+
+
+def _fmt(x: float) -> str:
+    return "n/a" if math.isnan(x) else f"{x:.2f}"
+
+
+def markdown(runs: Sequence[PolicyRun], setup: Setup, command: str, n_requests: int) -> str:
+    base = next((r.summary for r in runs if r.policy == "round-robin" and r.summary), None)
+    lines = [
+        "## routing: TTFT under bursts, same trace, same fleet, per policy",
+        "",
+        f"- command: `{command}`",
+        f"- machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        f"- fleet: {setup.pods} simulated pods, profile `{setup.profile}`, time scale {setup.time_scale}x "
+        f"(every simulated GPU duration is {setup.time_scale}x longer; latencies below are in real, scaled "
+        f"seconds — divide by {setup.time_scale} for GPU-equivalent time), max_lora {setup.max_lora}, "
+        f"{len(ADAPTERS)} adapters",
+        f"- trace: {n_requests} requests over {setup.trace.duration_s:.0f}s, base {setup.trace.base_rps} rps with "
+        f"{setup.trace.burst_factor}x bursts of {setup.trace.burst_len_s:.0f}s every {setup.trace.burst_every_s:.0f}s, "
+        f"{setup.trace.long_fraction:.0%} long generations, {setup.trace.system_prompts} shared system prompts, "
+        f"{setup.trace.adapter_fraction:.0%} LoRA requests, seed {setup.trace.seed}",
+        "",
+        "| policy | TTFT p50 (s) | TTFT p90 (s) | TTFT p99 (s) | TTFT mean (s) | e2e p50 (s) | e2e p99 (s) "
+        "| output tok/s | load CV | errors | TTFT p90 vs RR | TTFT mean vs RR |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        s = r.summary
+        if s is None:
+            continue
+        ratio90 = ratio_mean = "n/a"
+        if base and base.ttft_p90 > 0 and not math.isnan(s.ttft_p90):
+            ratio90 = f"{s.ttft_p90 / base.ttft_p90:.2f}x ({(1 - s.ttft_p90 / base.ttft_p90):+.0%})"
+            ratio_mean = f"{s.ttft_mean / base.ttft_mean:.2f}x ({(1 - s.ttft_mean / base.ttft_mean):+.0%})"
+        lines.append(
+            f"| {s.policy} | {_fmt(s.ttft_p50)} | {_fmt(s.ttft_p90)} | {_fmt(s.ttft_p99)} | {_fmt(s.ttft_mean)} "
+            f"| {_fmt(s.e2e_p50)} | {_fmt(s.e2e_p99)} | {s.output_tok_per_s:.0f} | {_fmt(s.utilisation_cv)} "
+            f"| {s.errors} | {ratio90} | {ratio_mean} |"
+        )
+    lines += [
+        "",
+        "`vs RR` is the ratio to round-robin (what a Kubernetes Service does) and, in brackets, the reduction. "
+        "`load CV` is the coefficient of variation across pods of each pod's mean running+waiting requests "
+        "(lower = more even GPU use).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def plots(runs: Sequence[PolicyRun], out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    files: list[Path] = []
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for r in runs:
+        ttft = sorted(x.ttft_s for x in r.results if x.ok and x.ttft_s is not None)
+        if ttft:
+            ax.plot(ttft, [i / len(ttft) for i in range(1, len(ttft) + 1)], label=r.policy)
+    ax.set_xscale("log")
+    ax.set_xlabel("TTFT (s, log scale)")
+    ax.set_ylabel("fraction of requests")
+    ax.set_title("TTFT distribution per policy (same trace)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    p = out_dir / "routing_ttft_cdf.png"
+    fig.tight_layout()
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    files.append(p)
+
+    n = len(runs)
+    fig, axes = plt.subplots(n, 1, figsize=(9, 2.2 * n), sharex=True, squeeze=False)
+    for ax, r in zip(axes[:, 0], runs, strict=True):
+        for i, (_, series) in enumerate(sorted(r.load.items())):
+            ax.plot([t for t, _ in series], [v for _, v in series], linewidth=0.8, label=f"pod {i}")
+        ax.set_title(f"{r.policy}: running+waiting requests per pod", fontsize=9)
+        ax.grid(True, alpha=0.3)
+    axes[-1, 0].set_xlabel("time (s)")
+    fig.tight_layout()
+    p = out_dir / "routing_pod_load.png"
+    fig.savefig(p, dpi=100)
+    plt.close(fig)
+    files.append(p)
+    return files
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="fleetgate bench routing", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="~4 minutes on 2 cores: 4 policies, shorter trace")
+    ap.add_argument("--policies", help=f"comma-separated: {', '.join(FLEETGATE_PROFILES + PEER_POLICIES)}")
+    ap.add_argument(
+        "--peers", action="store_true", help="install sglang-router and vllm-router into .venv-peers"
+    )
+    ap.add_argument("--pods", type=int, default=8)
+    ap.add_argument("--duration", type=float, help="trace length in seconds")
+    ap.add_argument("--rps", type=float, help="base arrival rate")
+    ap.add_argument("--time-scale", type=float, default=4.0)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--out", default=str(RESULTS))
+    args = ap.parse_args(argv)
+
+    if args.peers:
+        install_peers()
+    if args.policies:
+        policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    elif args.quick:
+        policies = ["round-robin", "least-inflight", "reference", "latency"]
+    else:
+        policies = ["round-robin", "least-inflight", "random", "reference", "throughput", "latency"]
+        policies += [p for p in PEER_POLICIES if _peer_command(p, [], 0) is not None]
+    unknown = [p for p in policies if p not in FLEETGATE_PROFILES + PEER_POLICIES]
+    if unknown:
+        print(f"unknown policies: {unknown}", file=sys.stderr)
+        return 2
+
+    scale = args.time_scale
+    duration = args.duration or (40.0 if args.quick else 120.0)
+    trace_spec = TraceSpec(
+        duration_s=duration,
+        base_rps=args.rps or 3.0,
+        burst_every_s=20.0,
+        burst_len_s=5.0,
+        burst_factor=4.0,
+        long_fraction=0.25,
+        chat_output=(40, 160),
+        long_output=(500, 1000),
+        system_prompts=6,
+        system_prompt_tokens=1200,
+        user_tokens=(50, 400),
+        base_model=MODEL,
+        adapters=ADAPTERS,
+        adapter_fraction=0.3,
+        seed=args.seed,
+    )
+    setup = Setup(
+        pods=args.pods,
+        profile="l4-llama3-8b",
+        time_scale=scale,
+        kv_capacity_tokens=None,
+        max_num_seqs=None,
+        max_lora=2,
+        trace=trace_spec,
+    )
+    trace_reqs = generate(trace_spec)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    print(
+        f"routing: {len(trace_reqs)} requests over {duration:.0f}s, policies: {', '.join(policies)}",
+        file=sys.stderr,
+    )
+    runs: list[PolicyRun] = []
+    with tempfile.TemporaryDirectory(prefix="fleetgate-bench-") as tmp:
+        for policy in policies:
+            run = run_policy(policy, setup, trace_reqs, Path(tmp))
+            if run is not None:
+                runs.append(run)
+                s = run.summary
+                assert s is not None
+                print(
+                    f"  {policy}: TTFT p50 {_fmt(s.ttft_p50)} p90 {_fmt(s.ttft_p90)} p99 {_fmt(s.ttft_p99)} "
+                    f"errors {s.errors}",
+                    file=sys.stderr,
+                )
+    command = (
+        "fleetgate bench routing"
+        + (" --quick" if args.quick else "")
+        + (f" --policies {','.join(policies)}" if args.policies else "")
+    )
+    md = markdown(runs, setup, command, len(trace_reqs))
+    name = "routing_quick" if args.quick else "routing"
+    (out_dir / f"{name}.md").write_text(md)
+    files = plots(runs, out_dir)
+    print(md)
+    print("plots: " + ", ".join(str(f) for f in files))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,21 +1,29 @@
 """Targeted Prometheus-text read vs a full parse, on a faithful vLLM `/metrics` body.
 
-`python -m bench.promtext_bench [--engines N] [--models M] [--rounds R]`
+`python -m bench.promtext_bench [--engines N] [--models M] [--rounds R] [--pods P --seconds S]`
 
 The body is produced the way vLLM produces it: prometheus_client metrics with vLLM's names, help
 texts, label sets and histogram bucket layouts (v1 engine: `model_name` + `engine` labels), the
 process/platform/GC collectors, and randomly observed values, rendered by `generate_latest`.
+
+A second table measures a whole scrape (fetch over loopback + parse + map) as the gateway runs it:
+CPU per scrape in the gateway's process, with the scraper's lean keep-alive client and with httpx,
+against P pods served from a child process at a 100 ms interval.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import multiprocessing
 import random
 import statistics
 import time
 from collections.abc import Callable, Iterable
 from functools import partial
+from typing import Any
 
+import httpx
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -29,6 +37,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
+from cluster_gateway.metrics.scraper import Scraper
+from cluster_gateway.pool import Endpoint, EndpointPool
+from common.config.gateway import Scrape
 from common.promtext import parse_families, reader_for
 
 # The names a gateway reads from a vLLM pod (cf. cluster_gateway.metrics.engines).
@@ -348,11 +359,82 @@ def run(engines: int, models: int, rounds: int) -> list[tuple[str, int, int, flo
     reader = reader_for(GATEWAY_WANTED)
     for label, body in cases.items():
         text = body.decode()
-        targeted = _time_per_call(partial(reader.read, body), rounds)
-        via_api = _time_per_call(partial(parse_families, body, GATEWAY_WANTED), rounds)
+        reader.read(body)  # warm
+        targeted = _time_per_call(partial(parse_families, body, GATEWAY_WANTED), rounds)
         full = _time_per_call(partial(_full_parse, text), max(1, rounds // 50))
-        rows.append((label, len(body), body.count(b"\n"), min(targeted, via_api), full))
+        rows.append((label, len(body), body.count(b"\n"), targeted, full))
     return rows
+
+
+# --- whole scrapes over loopback ---------------------------------------------------------------
+
+
+def _serve_pods(body: bytes, ports: Any, ready: Any) -> None:
+    """Child process: P plain HTTP/1.1 keep-alive servers answering every GET with `body`."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+        response = head + b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        try:
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                writer.write(response)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    async def main() -> None:
+        servers = [await asyncio.start_server(handle, "127.0.0.1", 0) for _ in range(len(ports))]
+        for i, server in enumerate(servers):
+            ports[i] = server.sockets[0].getsockname()[1]
+        ready.set()
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+async def _scrape_cost(
+    ports: list[int], seconds: float, client: httpx.AsyncClient | None
+) -> tuple[float, float]:
+    """(scrapes per second, µs of this process's CPU per scrape) over `seconds` of steady state."""
+    pool = EndpointPool()
+    pool.set_endpoints(Endpoint(name=f"pod-{i}", address="127.0.0.1", port=p) for i, p in enumerate(ports))
+    scraper = Scraper(pool, Scrape(interval_ms=100, timeout_ms=2000), client=client)
+    task = asyncio.create_task(scraper.run())
+    await asyncio.sleep(1.0)  # connections up, engines detected
+    count = "fleetgate_scrape_duration_seconds_count"
+    n0, cpu0, t0 = scraper.registry.get_sample_value(count) or 0.0, time.process_time(), time.monotonic()
+    await asyncio.sleep(seconds)
+    n1, cpu1, t1 = scraper.registry.get_sample_value(count) or 0.0, time.process_time(), time.monotonic()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    scrapes = max(n1 - n0, 1.0)
+    return scrapes / (t1 - t0), (cpu1 - cpu0) / scrapes * 1e6
+
+
+def run_scrapes(pods: int, seconds: float) -> list[tuple[str, float, float]]:
+    body = vllm_metrics_body()
+    ctx = multiprocessing.get_context("spawn")
+    ports = ctx.Array("i", pods)
+    ready = ctx.Event()
+    child = ctx.Process(target=_serve_pods, args=(body, ports, ready), daemon=True)
+    child.start()
+    try:
+        if not ready.wait(30):
+            raise RuntimeError("pod server did not start")
+
+        async def both() -> list[tuple[str, float, float]]:
+            lean = await _scrape_cost([int(p) for p in ports[:]], seconds, None)
+            async with httpx.AsyncClient(
+                limits=httpx.Limits(max_connections=64, max_keepalive_connections=64), trust_env=False
+            ) as client:
+                general = await _scrape_cost([int(p) for p in ports[:]], seconds, client)
+            return [("lean keep-alive client (default)", *lean), ("httpx.AsyncClient", *general)]
+
+        return asyncio.run(both())
+    finally:
+        child.terminate()
+        child.join(10)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -360,6 +442,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engines", type=int, default=2, help="data-parallel engines in the large body")
     ap.add_argument("--models", type=int, default=2, help="served model names in the large body")
     ap.add_argument("--rounds", type=int, default=2000)
+    ap.add_argument("--pods", type=int, default=20, help="pods scraped in the whole-scrape table (0: skip)")
+    ap.add_argument("--seconds", type=float, default=3.0, help="measured seconds per client")
     args = ap.parse_args(argv)
     rows = run(args.engines, args.models, args.rounds)
     print(f"wanted: {len(GATEWAY_WANTED)} metric names ({', '.join(sorted(GATEWAY_WANTED))})\n")
@@ -369,6 +453,12 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"| {label} | {size / 1024:.1f} | {lines} | {targeted:.1f} | {full:.0f} | {full / targeted:.0f}x |"
         )
+    if args.pods > 0:
+        print(f"\nwhole scrapes (fetch + parse + map) of {args.pods} pods every 100 ms, 42 KB vLLM body\n")
+        print("| client | scrapes/s | CPU µs/scrape | CPU share of one core |")
+        print("| --- | ---: | ---: | ---: |")
+        for label, rate, cpu_us in run_scrapes(args.pods, args.seconds):
+            print(f"| {label} | {rate:.0f} | {cpu_us:.0f} | {rate * cpu_us / 1e4:.0f}% |")
     return 0
 
 

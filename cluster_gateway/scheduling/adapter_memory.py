@@ -16,28 +16,19 @@ class AdapterMemory:
         self.ttl_s = ttl_s
         self.max_per_pod = max_per_pod
         self._seen: dict[str, dict[str, float]] = {}
-        self._adapters: dict[str, float] = {}  # adapter → last dispatch anywhere
 
     def record(self, pod_name: str, adapter: str, now: float) -> None:
         per_pod = self._seen.setdefault(pod_name, {})
         per_pod.pop(adapter, None)
         per_pod[adapter] = now
         if len(per_pod) > self.max_per_pod:
-            del per_pod[next(iter(per_pod))]
-        self._adapters[adapter] = now
-        if len(self._adapters) > 16 * self.max_per_pod:
-            cutoff = now - self.ttl_s
-            self._adapters = {a: t for a, t in self._adapters.items() if t >= cutoff}
+            del per_pod[next(iter(per_pod))]  # the least recently dispatched
 
     def recent(self, pod_name: str, adapter: str, now: float) -> bool:
         per_pod = self._seen.get(pod_name)
         if not per_pod:
             return False
         t = per_pod.get(adapter)
-        return t is not None and now - t <= self.ttl_s
-
-    def known_adapter(self, adapter: str, now: float) -> bool:
-        t = self._adapters.get(adapter)
         return t is not None and now - t <= self.ttl_s
 
     def remove_pod(self, pod_name: str) -> None:

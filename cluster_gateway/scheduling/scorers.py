@@ -210,10 +210,10 @@ class LoraScorer:
                 out.append(NEUTRAL)
             elif model in m.running_adapters:
                 out.append(1.0)
-            elif recent(p.endpoint.name, model, now):
-                out.append(1.0)  # we just sent it here: resident by the time this request runs
             elif len(m.running_adapters) < m.max_lora:
-                out.append(0.8)
+                # We just sent it here (and no other adapter has taken every slot since): it is
+                # loaded, or loading, by the time this request runs.
+                out.append(1.0 if recent(p.endpoint.name, model, now) else 0.8)
             elif model in m.waiting_adapters:
                 out.append(0.6)
             else:

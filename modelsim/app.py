@@ -158,6 +158,8 @@ class SimApp:
         if not isinstance(path, str) or not path:
             raise bad_request("'lora_path' is required and must be a non-empty string", param="lora_path")
         eng = self.pod.engine
+        if eng.lora.max_lora < 1:
+            raise bad_request("LoRA is not enabled on this server (max_lora=0)", param="lora_name")
         if name in eng.lora.known or name == eng.model:
             raise bad_request(f"The lora adapter '{name}' has already been loaded.", param="lora_name")
         eng.lora.add(name, path)

@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from common.errors import OpenAIError, bad_request, not_found_model
+from common.errors import OpenAIError, bad_request, not_found_model, unavailable
 from common.tokens import CHARS_PER_TOKEN, count_tokens
 from modelsim.kv_cache import KVCache, prompt_block_hashes
 from modelsim.lora_slots import LoraSlots
@@ -60,6 +60,7 @@ class Engine:
         self.slow_factor = 1.0  # set by the `slow` fault
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
+        self.stopped = False
         self._init_state()
 
     def _init_state(self) -> None:
@@ -84,6 +85,7 @@ class Engine:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=f"sim-engine-{self.tag}")
 
     async def stop(self) -> None:
+        self.stopped = True
         self.abort_all()
         if self._task is not None:
             self._task.cancel()
@@ -107,6 +109,8 @@ class Engine:
 
     # -- requests -----------------------------------------------------------------------------
     def submit(self, prompt_text: str, max_tokens: int | None, lora: str | None) -> SimRequest:
+        if self.stopped:
+            raise unavailable("The engine is shutting down", code="engine_stopped")
         p = self.profile
         prompt_tokens = count_tokens(prompt_text)
         if prompt_tokens == 0:

@@ -43,13 +43,18 @@ class PodSpec:
 
     def validate(self) -> None:
         """Raise ValueError naming the field for a spec the engine cannot run."""
-        get_profile(self.profile)
+        try:
+            get_profile(self.profile)
+        except ValueError as exc:
+            raise ValueError(f"profile: {exc}") from None
         if not self.model:
             raise ValueError("model: must be a non-empty string")
         if self.metrics_format not in ("vllm", "sglang", "tgi"):
             raise ValueError(f"metrics_format: must be vllm, sglang or tgi (got {self.metrics_format!r})")
         if self.max_lora < 0:
             raise ValueError("max_lora: must be >= 0")
+        if self.adapters and self.max_lora == 0:
+            raise ValueError("max_lora: must be >= 1 when adapters are configured")
         if self.time_scale <= 0:
             raise ValueError("time_scale: must be > 0")
         for name in ("kv_capacity_tokens", "max_num_seqs", "max_num_batched_tokens"):

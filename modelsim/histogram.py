@@ -17,13 +17,14 @@ def fmt(v: float) -> str:
 
 
 class Histogram:
-    __slots__ = ("bounds", "count", "counts", "sum")
+    __slots__ = ("_cache", "bounds", "count", "counts", "sum")
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds
         self.counts = [0] * (len(bounds) + 1)  # last = above every bound
         self.sum = 0.0
         self.count = 0
+        self._cache: dict[str, tuple[str, int, list[str]]] = {}  # name -> (labels, count, lines)
 
     def observe(self, value: float, n: int = 1) -> None:
         self.counts[bisect_left(self.bounds, value)] += n
@@ -43,18 +44,27 @@ class Histogram:
         return float("inf")
 
     def render(self, name: str, help_text: str, labels: str, out: list[str]) -> None:
-        """Append HELP/TYPE and the cumulative buckets; `labels` is `k="v",...` (may be empty)."""
+        """Append HELP/TYPE and the cumulative buckets; `labels` is `k="v",...` (may be empty).
+
+        The text is kept until the next observation: most histograms (TTFT, e2e...) change only
+        when a request starts or ends, far less often than the pod is scraped.
+        """
+        c = self._cache.get(name)
+        if c is not None and c[0] == labels and c[1] == self.count:
+            out.extend(c[2])
+            return
+        lines: list[str] = [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
         sep = "," if labels else ""
-        out.append(f"# HELP {name} {help_text}")
-        out.append(f"# TYPE {name} histogram")
         acc = 0
-        for b, c in zip(self.bounds, self.counts, strict=False):
-            acc += c
-            out.append(f'{name}_bucket{{{labels}{sep}le="{fmt(b)}"}} {fmt(acc)}')
-        out.append(f'{name}_bucket{{{labels}{sep}le="+Inf"}} {fmt(self.count)}')
+        for b, n in zip(self.bounds, self.counts, strict=False):
+            acc += n
+            lines.append(f'{name}_bucket{{{labels}{sep}le="{fmt(b)}"}} {fmt(acc)}')
+        lines.append(f'{name}_bucket{{{labels}{sep}le="+Inf"}} {fmt(self.count)}')
         lb = f"{{{labels}}}" if labels else ""
-        out.append(f"{name}_count{lb} {fmt(self.count)}")
-        out.append(f"{name}_sum{lb} {fmt(self.sum)}")
+        lines.append(f"{name}_count{lb} {fmt(self.count)}")
+        lines.append(f"{name}_sum{lb} {fmt(self.sum)}")
+        self._cache[name] = (labels, self.count, lines)
+        out.extend(lines)
 
 
 # Bucket bounds as vLLM v1 declares them (vllm/v1/metrics/loggers.py).

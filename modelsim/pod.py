@@ -118,6 +118,8 @@ class SimPod:
 
     async def stop(self) -> None:
         await self.engine.stop()
+        if self.faults.mode != "none":
+            self.faults.apply({"mode": "none"})  # release hung handlers; the engine now refuses work
         srv = self._server
         if srv is None:
             return

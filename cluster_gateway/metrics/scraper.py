@@ -14,7 +14,6 @@ import json
 import logging
 import random
 import time
-from dataclasses import dataclass, field
 
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -29,12 +28,6 @@ log = logging.getLogger(__name__)
 
 _DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _MODELS_RETRY_S = 1.0  # until a pod's first /v1/models answer, retry at least this often
-
-
-@dataclass(slots=True)
-class _PodWorker:
-    endpoint: Endpoint
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
 class ScraperMetrics:
@@ -85,7 +78,8 @@ class Scraper:
         self._default_engine: EngineType | None = None if scrape.engine == "auto" else scrape.engine
         self._fetcher: Fetcher = HttpxFetcher(client) if client is not None else KeepAliveFetcher()
         self._semaphore: asyncio.Semaphore | None = None
-        self._workers: dict[str, _PodWorker] = {}
+        self._workers: dict[str, list[asyncio.Task[None]]] = {}  # pod name → its scrape and models loops
+        self._seen_version = -1
         self._detected: dict[str, tuple[Endpoint, EngineType]] = {}
         self._prefix = PrefixHitWindow()
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -118,27 +112,27 @@ class Scraper:
 
     # --- membership ------------------------------------------------------------------------
     def _sync_workers(self) -> None:
-        current = {p.name: p.endpoint for p in self._pool.pods()}
+        if self._pool.version == self._seen_version:
+            return
+        self._seen_version = self._pool.version
+        current = {p.name for p in self._pool.pods()}
         for name in [n for n in self._workers if n not in current]:
-            for task in self._workers.pop(name).tasks:
+            for task in self._workers.pop(name):
                 task.cancel()
             self._detected.pop(name, None)
             self._fetcher.forget(name)
             self._prefix.forget(name)
-        for name, endpoint in current.items():
-            worker = self._workers.get(name)
-            if worker is None:
-                worker = self._workers[name] = _PodWorker(endpoint)
-                worker.tasks = [
+        for name in current:
+            if name not in self._workers:  # loops read the pod's endpoint from the pool each time
+                self._workers[name] = [
                     asyncio.create_task(self._scrape_loop(name), name=f"scrape {name}"),
                     asyncio.create_task(self._models_loop(name), name=f"models {name}"),
                 ]
-            elif worker.endpoint != endpoint:
-                worker.endpoint = endpoint  # loops read the endpoint from the pool each time
 
     async def _stop_workers(self) -> None:
-        tasks = [t for w in self._workers.values() for t in w.tasks]
+        tasks = [t for loops in self._workers.values() for t in loops]
         self._workers.clear()
+        self._seen_version = -1
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -11,7 +11,7 @@ import httpx
 from prometheus_client import CollectorRegistry
 
 from cluster_gateway.metrics.scraper import Scraper
-from cluster_gateway.pool import EndpointPool
+from cluster_gateway.pool import Endpoint, EndpointPool
 from common.config.gateway import Scrape
 from tests.cluster_gateway.metrics.bodies import ModelLoad, VllmState, sglang_body, tgi_body, vllm_body
 from tests.cluster_gateway.metrics.fake_pods import FakePod, running
@@ -218,3 +218,19 @@ async def test_a_given_httpx_client_is_used_and_left_open() -> None:
         assert _sample(scraper.registry, "fleetgate_scrape_failures_total", {"reason": "timeout"}) == 1
         await scraper.aclose()
         assert not client.is_closed
+
+
+async def test_a_pod_that_moves_to_a_new_address_is_followed() -> None:
+    old, new = FakePod("old", _vllm(waiting=1)), FakePod("new", tgi_body(queue=6, batch=2))
+    async with running(old, new):
+        pool = EndpointPool()
+        pool.set_endpoints([Endpoint(name="pod", address="127.0.0.1", port=old.port)])
+        scraper = Scraper(pool, Scrape(interval_ms=50))
+        async with scraping(scraper):
+            state = pool.get("pod")
+            assert state is not None
+            await _until(lambda: state.metrics is not None and state.metrics.engine == "vllm")
+            # Same pod name, new address and a different engine (re-detected from the body).
+            pool.set_endpoints([Endpoint(name="pod", address="127.0.0.1", port=new.port)])
+            await _until(lambda: state.metrics is not None and state.metrics.engine == "tgi")
+            assert state.metrics is not None and state.metrics.waiting == 6

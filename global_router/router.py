@@ -45,6 +45,8 @@ class _EmbeddedServer(uvicorn.Server):
 def _listen_socket(host: str, port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # accepted sockets inherit it; uvicorn given a socket does not set it (Nagle + delayed ACK = +40 ms)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.bind((host, port))
     except OSError:

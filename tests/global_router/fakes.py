@@ -145,6 +145,7 @@ class FakeGateway:
     async def start(self) -> None:
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind(("127.0.0.1", self.port))
         self.port = sock.getsockname()[1]
         self._server = _Server(uvicorn.Config(self, lifespan="off", log_level="critical", access_log=False))

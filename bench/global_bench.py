@@ -1,0 +1,521 @@
+"""What the global router costs and what it buys: `python -m bench.global_bench [--quick] [--section S]`.
+
+Every server is a separate process, as in production (`fleetgate sim`, `fleetgate gateway` with its
+capacity agent, `fleetgate global-router`); this process is only the client. Sections:
+  * hop — the global hop's added latency: the same requests straight to a cluster gateway and through
+    the router, alternating so both see the same machine load (non-streaming total time, streaming
+    time-to-first-byte), and max requests/s through each at a fixed concurrency;
+  * failover — two clusters under steady load, one killed (SIGKILL: gateway and pods) mid-run:
+    requests lost, how long first attempts still hit the dead cluster, latency before/after;
+  * ratelimit — the Redis Lua admission (one round trip per request) vs the in-process limiter:
+    latency, throughput, and the admitted count of two replicas sharing one limit vs the exact budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from global_router.tenants import hash_key
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+ROOT = Path(__file__).resolve().parents[1]
+API_KEY = "sk-bench"
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    if not values:
+        return math.nan
+    s = sorted(values)
+    return s[max(0, min(len(s) - 1, math.ceil(q / 100 * len(s)) - 1))]
+
+
+@dataclass
+class Row:
+    section: str
+    metric: str
+    value: str
+    note: str = ""
+
+
+# --- processes ---------------------------------------------------------------------------------
+def _spawn(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "fleetgate", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def _expect(stream: Any, pattern: str, count: int, timeout: float = 30.0) -> list[str]:
+    found: list[str] = []
+    rx = re.compile(pattern)
+    deadline = time.monotonic() + timeout
+    while len(found) < count and time.monotonic() < deadline:
+        line = stream.readline()
+        if not line:
+            break
+        if m := rx.search(line):
+            found.append(m.group(1))
+    if len(found) < count:
+        raise RuntimeError(f"expected {count} x {pattern!r}, got {found}")
+    return found
+
+
+def _drain_in_background(*pipes: Any) -> None:
+    for pipe in pipes:
+        if pipe is not None:
+            threading.Thread(target=lambda p=pipe: [None for _ in p], daemon=True).start()
+
+
+def _stop(p: subprocess.Popen[str], sig: int = signal.SIGTERM) -> None:
+    if p.poll() is None:
+        p.send_signal(sig)
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+@dataclass
+class Cluster:
+    cluster_id: str
+    sim: subprocess.Popen[str]
+    gateway: subprocess.Popen[str]
+    url: str
+
+    def kill(self) -> None:
+        for p in (self.gateway, self.sim):
+            _stop(p, signal.SIGKILL)
+
+
+class Fleet:
+    """A router process and cluster processes reporting to it, in a temp dir."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.router: subprocess.Popen[str] | None = None
+        self.router_url = ""
+        self.grpc_port = 0
+        self.clusters: list[Cluster] = []
+
+    def start_cluster(self, cid: str, pods: int, time_scale: float, cost: float = 2.5) -> Cluster:
+        sim = _spawn(
+            "sim", "--pods", str(pods), "--base-port", "0", "--profile", "tiny",
+            "--time-scale", str(time_scale), "--seed", str(len(self.clusters)),
+        )  # fmt: skip
+        urls = _expect(sim.stdout, r"listening on (http://\S+)", pods)
+        (self.tmp / f"{cid}.token").write_text(f"tok-{cid}")
+        spec = {
+            "clusterId": cid,
+            "region": "bench",
+            "discovery": {"static": {"endpoints": urls}},
+            "scrape": {"intervalMs": 50},
+            "globalRouter": {
+                "address": f"127.0.0.1:{self.grpc_port}",
+                "tokenFile": str(self.tmp / f"{cid}.token"),
+                "reportIntervalMs": 250,
+            },
+            "capacity": {"costPerGpuHour": cost},
+        }
+        path = self.tmp / f"{cid}.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        gw = _spawn("gateway", "--config", str(path), "--port", "0", "--log-format", "text")
+        port = _expect(gw.stderr, r"listening on http://127\.0\.0\.1:(\d+)", 1)[0]
+        _drain_in_background(sim.stdout, sim.stderr, gw.stdout, gw.stderr)
+        c = Cluster(cid, sim, gw, f"http://127.0.0.1:{port}")
+        self.clusters.append(c)
+        return c
+
+    def wait_fresh(self, ids: list[str], timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                fleet = httpx.get(f"{self.router_url}/fleet", timeout=2).json()
+                ready = {
+                    c["id"]
+                    for c in fleet["clusters"]
+                    if c["fresh"] and c["models"].get(MODEL, {}).get("ready_pods")
+                }
+                if set(ids) <= ready:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"clusters {ids} never became fresh at the router")
+
+    def stop(self) -> None:
+        for c in self.clusters:
+            _stop(c.gateway)
+            _stop(c.sim)
+        if self.router is not None:
+            _stop(self.router)
+
+
+@contextlib.contextmanager
+def fleet(cluster_ids: list[str]) -> Iterator[Fleet]:
+    with tempfile.TemporaryDirectory(prefix="fleetgate-bench-") as tmp:
+        f = Fleet(Path(tmp))
+        try:
+            path = f.tmp / "router.yaml"
+            cfg: dict[str, Any] = {
+                "capacity": {
+                    "reportIntervalMs": 250,
+                    "staleAfterS": 1.5,
+                    "agents": [{"clusterId": c, "tokenSha256": hash_key(f"tok-{c}")} for c in cluster_ids],
+                },
+                "tenants": [{"name": "bench", "apiKeySha256": [hash_key(API_KEY)]}],
+                "failover": {"ejectAfterFailures": 2, "ejectBaseS": 5, "connectTimeoutS": 1.0},
+            }
+            path.write_text(yaml.safe_dump(cfg))
+            grpc_port = _free_port()
+            f.router = _spawn(
+                "global-router", "--config", str(path), "--port", "0", "--grpc-port", str(grpc_port),
+                "--log-format", "text",
+            )  # fmt: skip
+            f.router_url = _expect(f.router.stderr, r"global router listening on (http://\S+)", 1)[0]
+            _drain_in_background(f.router.stdout, f.router.stderr)
+            f.grpc_port = grpc_port
+            yield f
+        finally:
+            f.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _body(stream: bool = False, max_tokens: int = 1) -> dict[str, Any]:
+    return {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "ping"}],
+        "max_tokens": max_tokens,
+        "stream": stream,
+    }
+
+
+HEADERS = {"authorization": f"Bearer {API_KEY}"}
+
+
+async def _timed(c: httpx.AsyncClient, url: str, stream: bool) -> float:
+    t0 = time.perf_counter()
+    if not stream:
+        r = await c.post(url + "/v1/chat/completions", json=_body(), headers=HEADERS)
+        r.raise_for_status()
+        return time.perf_counter() - t0
+    async with c.stream("POST", url + "/v1/chat/completions", json=_body(True, 8), headers=HEADERS) as r:
+        r.raise_for_status()
+        ttfb: float | None = None
+        async for _ in r.aiter_raw():
+            if ttfb is None:
+                ttfb = time.perf_counter() - t0
+    if ttfb is None:
+        raise RuntimeError("empty stream")
+    return ttfb
+
+
+async def _max_rps(url: str, concurrency: int, seconds: float) -> tuple[float, int]:
+    done = errors = 0
+    stop_at = time.monotonic() + seconds
+    async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=concurrency)) as c:
+
+        async def worker() -> None:
+            nonlocal done, errors
+            while time.monotonic() < stop_at:
+                r = await c.post(url + "/v1/chat/completions", json=_body(), headers=HEADERS)
+                done += 1
+                errors += r.status_code != 200
+
+        t0 = time.monotonic()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return done / (time.monotonic() - t0), errors
+
+
+# --- sections ----------------------------------------------------------------------------------
+async def section_hop(quick: bool) -> list[Row]:
+    n = 100 if quick else 400
+    rows: list[Row] = []
+    with fleet(["hop"]) as f:
+        gw = f.start_cluster("hop", pods=2, time_scale=0.01)
+        f.wait_fresh(["hop"])
+        async with httpx.AsyncClient(timeout=30) as c:
+            for stream in (False, True):
+                for _ in range(20):  # warm both paths' connection pools
+                    await _timed(c, gw.url, stream)
+                    await _timed(c, f.router_url, stream)
+                direct: list[float] = []
+                routed: list[float] = []
+                for _ in range(n):
+                    direct.append(await _timed(c, gw.url, stream))
+                    routed.append(await _timed(c, f.router_url, stream))
+                what = "streaming TTFB" if stream else "non-streaming"
+                for q in (50, 99):
+                    d, r = pct(direct, q) * 1e3, pct(routed, q) * 1e3
+                    rows.append(
+                        Row(
+                            "hop", f"{what} p{q} (ms)", f"{r:.2f} vs {d:.2f}", f"added {r - d:+.2f} ms, n={n}"
+                        )
+                    )
+        secs = 2.0 if quick else 5.0
+        for name, url in (("gateway direct", gw.url), ("through router", f.router_url)):
+            rps, errs = await _max_rps(url, 32, secs)
+            rows.append(Row("hop", f"max req/s, 32 concurrent, {name}", f"{rps:.0f}", f"{errs} errors"))
+    return rows
+
+
+async def section_failover(quick: bool) -> list[Row]:
+    run_s, kill_at = (5.0, 2.0) if quick else (10.0, 4.0)
+    rows: list[Row] = []
+    with fleet(["victim", "survivor"]) as f:
+        victim = f.start_cluster("victim", pods=2, time_scale=0.05)
+        f.start_cluster("survivor", pods=2, time_scale=0.05)
+        f.wait_fresh(["victim", "survivor"])
+        results: list[tuple[float, float, int, str]] = []  # (start, end, status, cluster)
+        failover_samples: list[tuple[float, float]] = []
+        t0 = time.monotonic()
+        stop_at = t0 + run_s
+        killed_at = 0.0
+        async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=64)) as c:
+
+            async def worker() -> None:
+                while time.monotonic() < stop_at:
+                    s = time.monotonic()
+                    try:
+                        r = await c.post(
+                            f.router_url + "/v1/chat/completions", json=_body(max_tokens=16), headers=HEADERS
+                        )
+                        results.append(
+                            (s, time.monotonic(), r.status_code, r.headers.get("x-fleetgate-cluster", "-"))
+                        )
+                    except httpx.HTTPError:
+                        results.append((s, time.monotonic(), 0, "-"))
+
+            async def sampler() -> None:
+                rx = re.compile(r"^fleetgate_router_failovers_total\{[^}]*\} (\S+)$", re.M)
+                while time.monotonic() < stop_at + 0.5:
+                    text = (await c.get(f.router_url + "/metrics")).text
+                    failover_samples.append((time.monotonic(), sum(float(v) for v in rx.findall(text))))
+                    await asyncio.sleep(0.05)
+
+            async def killer() -> None:
+                nonlocal killed_at
+                await asyncio.sleep(kill_at)
+                killed_at = time.monotonic()
+                await asyncio.to_thread(victim.kill)
+
+            await asyncio.gather(*(worker() for _ in range(16)), sampler(), killer())
+        lost = [r for r in results if r[2] != 200]
+        inflight_at_kill = sum(1 for s, e, _, _ in results if s < killed_at < e)
+        final = failover_samples[-1][1] if failover_samples else 0.0
+        settled = next((t for t, v in failover_samples if v >= final), killed_at)
+        before = [e - s for s, e, st, _ in results if e < killed_at and st == 200]
+        after = [e - s for s, e, st, _ in results if s > killed_at + 1.0 and st == 200]
+        rows += [
+            Row("failover", "requests / lost", f"{len(results)} / {len(lost)}", "lost = any non-200 answer"),
+            Row("failover", "in flight at the kill", str(inflight_at_kill), "all retried on the survivor"),
+            Row("failover", "failovers (router metric)", f"{final:.0f}", ""),
+            Row(
+                "failover",
+                "traffic moved after (s)",
+                f"{max(0.0, settled - killed_at):.2f}",
+                "last failover after the kill",
+            ),
+            Row(
+                "failover",
+                "latency p50 before / after (ms)",
+                f"{pct(before, 50) * 1e3:.0f} / {pct(after, 50) * 1e3:.0f}",
+                "",
+            ),
+            Row(
+                "failover",
+                "latency p99 before / after (ms)",
+                f"{pct(before, 99) * 1e3:.0f} / {pct(after, 99) * 1e3:.0f}",
+                "",
+            ),
+        ]
+    return rows
+
+
+async def section_ratelimit(quick: bool) -> list[Row]:
+    import redis.asyncio as aioredis
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
+    from common.config.router import RateLimitSettings, RedisConfig, Tenant
+    from common.errors import OpenAIError
+    from global_router.ratelimit import LocalLimiter, RedisLimiter
+
+    with redis_server() as url:
+        if url is None:
+            return [Row("ratelimit", "skipped", "-", "redis-server not installed")]
+
+        def client() -> aioredis.Redis:
+            return aioredis.Redis.from_url(url, socket_timeout=1, retry=Retry(NoBackoff(), 0))
+
+        rcfg = RedisConfig(url=url)
+        clients = [client(), client()]
+        replicas = [RedisLimiter(cl, rcfg, RateLimitSettings()) for cl in clients]
+        for r in replicas:
+            await r.start()
+        rows: list[Row] = []
+        n = 2000 if quick else 10000
+        big = Tenant(name="lat", api_key_sha256=[], requests_per_minute=10**9, tokens_per_minute=10**12)
+        lat: list[float] = []
+        for _ in range(n):
+            t = time.perf_counter()
+            adm = await replicas[0].admit(big, 100)
+            await replicas[0].complete(adm, 80)
+            lat.append(time.perf_counter() - t)
+        rows.append(
+            Row(
+                "ratelimit",
+                "Redis admit+reconcile p50 / p99 (µs)",
+                f"{pct(lat, 50) * 1e6:.0f} / {pct(lat, 99) * 1e6:.0f}",
+                f"sequential, n={n}",
+            )
+        )
+        local = LocalLimiter()
+        t = time.perf_counter()
+        for _ in range(n):
+            adm = await local.admit(big, 100)
+            await local.complete(adm, 80)
+        rows.append(
+            Row(
+                "ratelimit",
+                "in-process admit+reconcile (µs)",
+                f"{(time.perf_counter() - t) / n * 1e6:.1f}",
+                "mean",
+            )
+        )
+
+        async def hammer(lim: RedisLimiter, tenant: Tenant, count: int) -> int:
+            ok = 0
+            for _ in range(count):
+                try:
+                    await lim.admit(tenant, 1)
+                    ok += 1
+                except OpenAIError:
+                    pass
+            return ok
+
+        t = time.perf_counter()
+        done = await asyncio.gather(*(hammer(replicas[i % 2], big, n // 32) for i in range(64)))
+        rate = sum(done) / (time.perf_counter() - t)
+        rows.append(
+            Row(
+                "ratelimit",
+                "Redis admissions/s, 2 replicas x 32 concurrent",
+                f"{rate:.0f}",
+                "one event loop",
+            )
+        )
+        for limit in (600, 6000):
+            tenant = Tenant(name=f"exact-{limit}", api_key_sha256=[], requests_per_minute=limit)
+            t = time.monotonic()
+            got = await asyncio.gather(*(hammer(replicas[i % 2], tenant, limit * 3 // 16) for i in range(16)))
+            elapsed = time.monotonic() - t
+            budget = limit + limit / 60 * elapsed
+            admitted = sum(got)
+            rows.append(
+                Row(
+                    "ratelimit",
+                    f"admitted across 2 replicas, limit {limit}/min",
+                    f"{admitted} (budget {budget:.1f})",
+                    f"{(admitted - budget) / budget * 100:+.2f}% over {elapsed:.2f}s; {limit * 3} attempts",
+                )
+            )
+        for r in replicas:
+            await r.stop()
+        for cl in clients:
+            await cl.aclose()
+        return rows
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[str | None]:
+    exe = shutil.which("redis-server")
+    if exe is None:
+        yield None
+        return
+    port = _free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.Popen(
+            [
+                exe,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                tmp,
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        try:
+            for _ in range(100):
+                with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+                time.sleep(0.05)
+            yield f"redis://127.0.0.1:{port}/0"
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+SECTIONS = {"hop": section_hop, "failover": section_failover, "ratelimit": section_ratelimit}
+
+
+def table(rows: Sequence[Row]) -> str:
+    out = ["| section | metric | value | note |", "| --- | --- | --- | --- |"]
+    out += [f"| {r.section} | {r.metric} | {r.value} | {r.note} |" for r in rows]
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.global_bench", description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer requests, shorter runs")
+    ap.add_argument("--section", choices=[*SECTIONS, "all"], default="all")
+    ap.add_argument("--out", type=Path, help="also write the markdown table here")
+    args = ap.parse_args(argv)
+    names = list(SECTIONS) if args.section == "all" else [args.section]
+    rows: list[Row] = []
+    for name in names:
+        rows += asyncio.run(SECTIONS[name](args.quick))
+    text = table(rows)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -26,15 +26,27 @@ def block_hashes(text: str, block_chars: int, max_blocks: int) -> tuple[int, ...
     return tuple(out)
 
 
-class PrefixIndex:
-    """Per pod, an LRU set of block hashes; globally, hash → pods holding it (for fast matching)."""
+DEFAULT_MAX_TOTAL_BLOCKS = 1_000_000  # ~200 bytes each: about 200 MB at the very worst
 
-    def __init__(self, max_blocks_per_pod: int) -> None:
-        if max_blocks_per_pod < 1:
-            raise ValueError("max_blocks_per_pod must be >= 1")
+
+class PrefixIndex:
+    """Per pod, an LRU set of block hashes; globally, hash → pods holding it (for fast matching).
+
+    Memory is bounded twice: `max_blocks_per_pod` per pod, and `max_total_blocks` over all pods (each
+    pod's share shrinks as pods join, so 1000 pods cannot hold 1000 x the per-pod bound). A hash
+    held by one pod (most of them) maps to the pod's name itself rather than to a set.
+    """
+
+    def __init__(self, max_blocks_per_pod: int, max_total_blocks: int = DEFAULT_MAX_TOTAL_BLOCKS) -> None:
+        if max_blocks_per_pod < 1 or max_total_blocks < 1:
+            raise ValueError("max_blocks_per_pod and max_total_blocks must be >= 1")
         self.max_blocks_per_pod = max_blocks_per_pod
+        self.max_total_blocks = max_total_blocks
         self._pod_blocks: dict[str, OrderedDict[int, None]] = {}
-        self._holders: dict[int, set[str]] = {}
+        self._holders: dict[int, str | set[str]] = {}
+
+    def _cap(self) -> int:
+        return max(1, min(self.max_blocks_per_pod, self.max_total_blocks // max(1, len(self._pod_blocks))))
 
     def add(self, pod_name: str, hashes: Sequence[int]) -> None:
         """Record that `pod_name` now caches these blocks (most recently used)."""
@@ -43,25 +55,46 @@ class PrefixIndex:
         lru = self._pod_blocks.get(pod_name)
         if lru is None:
             lru = self._pod_blocks[pod_name] = OrderedDict()
+            self._trim_all()  # every pod's share just shrank
         holders = self._holders
         for h in hashes:
             if h in lru:
                 lru.move_to_end(h)
                 continue
             lru[h] = None
-            s = holders.get(h)
-            if s is None:
-                holders[h] = {pod_name}
+            cur = holders.get(h)
+            if cur is None:
+                holders[h] = pod_name
+            elif isinstance(cur, str):
+                holders[h] = {cur, pod_name}
             else:
-                s.add(pod_name)
-        overflow = len(lru) - self.max_blocks_per_pod
-        for _ in range(max(0, overflow)):
+                cur.add(pod_name)
+        self._trim(pod_name, lru, self._cap())
+
+    def _trim(self, pod_name: str, lru: OrderedDict[int, None], cap: int) -> None:
+        for _ in range(len(lru) - cap):
             old, _none = lru.popitem(last=False)
-            s = holders.get(old)
-            if s is not None:
-                s.discard(pod_name)
-                if not s:
-                    del holders[old]
+            self._drop_holder(old, pod_name)
+
+    def _trim_all(self) -> None:
+        cap = self._cap()
+        for name, lru in self._pod_blocks.items():
+            if len(lru) > cap:
+                self._trim(name, lru, cap)
+
+    def _drop_holder(self, h: int, pod_name: str) -> None:
+        cur = self._holders.get(h)
+        if cur is None:
+            return
+        if isinstance(cur, str):
+            if cur == pod_name:
+                del self._holders[h]
+            return
+        cur.discard(pod_name)
+        if len(cur) == 1:
+            self._holders[h] = next(iter(cur))
+        elif not cur:
+            del self._holders[h]
 
     def match(self, hashes: Sequence[int]) -> dict[str, int]:
         """Longest matched prefix, in blocks, per pod that holds at least the first block."""
@@ -69,15 +102,21 @@ class PrefixIndex:
             return {}
         holders = self._holders
         first = holders.get(hashes[0])
-        if not first:
+        if first is None:
             return {}
+        if isinstance(first, str):  # one holder: walk its own LRU, no set algebra
+            lru = self._pod_blocks[first]
+            n = 1
+            while n < len(hashes) and hashes[n] in lru:
+                n += 1
+            return {first: n}
         result: dict[str, int] = {}
         alive = set(first)
         for i in range(1, len(hashes)):
             nxt = holders.get(hashes[i])
-            if not nxt:
+            if nxt is None:
                 break
-            kept = alive & nxt
+            kept = alive & ({nxt} if isinstance(nxt, str) else nxt)
             if len(kept) != len(alive):
                 for pod in alive - kept:
                     result[pod] = i
@@ -95,13 +134,8 @@ class PrefixIndex:
         lru = self._pod_blocks.pop(name, None)
         if lru is None:
             return
-        holders = self._holders
         for h in lru:
-            s = holders.get(h)
-            if s is not None:
-                s.discard(name)
-                if not s:
-                    del holders[h]
+            self._drop_holder(h, name)
 
     def retain_pods(self, names: Iterable[str]) -> None:
         """Forget every pod not in `names` (after a membership change)."""

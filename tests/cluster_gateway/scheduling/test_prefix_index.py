@@ -70,3 +70,24 @@ def test_request_hashes_are_computed_once() -> None:
     first = r.block_hashes(BLOCK, 256)
     assert r.block_hashes(BLOCK, 256) is first
     assert len(r.block_hashes(32, 256)) == 20  # a different block size is recomputed
+
+
+def test_total_bound_shrinks_each_pods_share_as_the_pool_grows() -> None:
+    idx = PrefixIndex(max_blocks_per_pod=100, max_total_blocks=120)
+    for i in range(6):
+        idx.add(f"p{i}", _h(f"{i}" * BLOCK * 60))
+        assert idx.total_blocks() <= 120
+    assert idx.blocks_of("p0") == 20  # 120 / 6 pods
+
+
+def test_shared_and_single_holders_match_the_same_way() -> None:
+    idx = PrefixIndex(max_blocks_per_pod=1000)
+    doc = "D" * BLOCK * 5
+    idx.add("a", _h(doc))
+    assert idx.match(_h(doc)) == {"a": 5}  # one holder
+    idx.add("b", _h(doc[: BLOCK * 3]))
+    assert idx.match(_h(doc)) == {"a": 5, "b": 3}  # now shared
+    idx.remove_pod("a")
+    assert idx.match(_h(doc)) == {"b": 3}  # back to one holder
+    idx.remove_pod("b")
+    assert idx.match(_h(doc)) == {}

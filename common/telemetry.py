@@ -50,7 +50,20 @@ REDACTED = "[REDACTED]"
 # --- redaction -------------------------------------------------------------------------------
 
 _SECRET_NAMES = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie"})
-_SECRET_PARTS = ("api-key", "api_key", "apikey", "token", "secret", "password", "passwd", "credential")
+_SECRET_SUBSTRINGS = (
+    "api-key",
+    "api_key",
+    "apikey",
+    "access-key",
+    "access_key",
+    "private-key",
+    "private_key",
+)
+# Whole name segments (split on - _ .): `x-agent-token` is secret, `x-ratelimit-limit-tokens` is not.
+_SECRET_SEGMENTS = frozenset(
+    {"token", "secret", "password", "passwd", "credential", "credentials", "auth", "session", "bearer"}
+)
+_SEGMENT_SPLIT_RE = re.compile(r"[-_.]")
 _BEARER_RE = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]+")
 _KEY_RE = re.compile(r"\bsk-[A-Za-z0-9_-]{6,}")
 
@@ -58,7 +71,9 @@ _KEY_RE = re.compile(r"\bsk-[A-Za-z0-9_-]{6,}")
 def is_secret_name(name: str) -> bool:
     """True for header/field names that carry credentials (authorization, x-api-key, *token*…)."""
     lowered = name.lower()
-    return lowered in _SECRET_NAMES or any(part in lowered for part in _SECRET_PARTS)
+    if lowered in _SECRET_NAMES or any(part in lowered for part in _SECRET_SUBSTRINGS):
+        return True
+    return not _SECRET_SEGMENTS.isdisjoint(_SEGMENT_SPLIT_RE.split(lowered))
 
 
 def scrub(text: str) -> str:

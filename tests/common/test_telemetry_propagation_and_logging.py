@@ -86,6 +86,9 @@ def test_redact_masks_credential_headers_only() -> None:
         "X-Fleetgate-Agent-Token": "t",
         "cookie": "session=1",
         "content-type": "application/json",
+        "x-ratelimit-remaining-tokens": "9000",
+        "x-goog-api-key": "g",
+        "x-session-id": "s",
         "traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01",
     }
     safe = redact(headers)
@@ -95,6 +98,8 @@ def test_redact_masks_credential_headers_only() -> None:
         "api-key",
         "X-Fleetgate-Agent-Token",
         "cookie",
+        "x-goog-api-key",
+        "x-session-id",
     }
     assert safe["content-type"] == "application/json" and safe["traceparent"] == headers["traceparent"]
 

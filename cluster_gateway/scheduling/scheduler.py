@@ -93,6 +93,7 @@ class Scheduler:
         self.prefix_index = PrefixIndex(pc.max_blocks_per_pod)
         self.adapters = AdapterMemory()
         self._seen_version = -1
+        self._positions: dict[str, int] = {}
 
     def profile_names(self) -> list[str]:
         return self._selector.names()
@@ -119,6 +120,7 @@ class Scheduler:
             block_chars=self._block_chars,
             max_prefix_blocks=self._max_prefix_blocks,
             adapters=self.adapters,
+            pool_positions=self._positions,
         )
         serving = pods
         for f in plan.filters:
@@ -136,8 +138,12 @@ class Scheduler:
         ranked = plan.picker.pick(ctx, list(zip(pods, totals, strict=True)))
         if len(ranked) < MAX_RANKED and len(serving) > len(ranked):
             ranked = self._with_last_resorts(ranked, serving)
-        chosen = ranked[0]
-        scores = _scores_of(chosen, pods, totals, per_scorer, plan.weight_sum if not ctx.degraded else 1.0)
+        scores = _scores_of(
+            ctx.position(pods, ranked[0].name),
+            totals,
+            per_scorer,
+            plan.weight_sum if not ctx.degraded else 1.0,
+        )
         return ScheduleResult(
             pods=ranked,
             profile=plan.spec.name,
@@ -157,9 +163,11 @@ class Scheduler:
             self.adapters.record(pod.name, req.model, self._clock())
 
     def _forget_departed(self) -> None:
-        names = {p.name for p in self._pool.pods()}
+        pods = self._pool.pods()
+        names = {p.name for p in pods}
         self.prefix_index.retain_pods(names)
         self.adapters.retain_pods(names)
+        self._positions = {p.name: i for i, p in enumerate(pods)}
         self._seen_version = self._pool.version
 
     def _with_last_resorts(self, ranked: list[PodState], serving: list[PodState]) -> list[PodState]:
@@ -203,15 +211,12 @@ def _weighted_totals(
 
 
 def _scores_of(
-    chosen: PodState,
-    pods: list[PodState],
+    i: int | None,
     totals: list[float],
     per: dict[str, list[float]],
     weight_sum: float,
 ) -> dict[str, float]:
-    try:
-        i = list(map(id, pods)).index(id(chosen))
-    except ValueError:
+    if i is None:
         return {"total": 0.0}  # chosen as a last resort, outside the scored candidates
     out = {name: sc[i] for name, sc in per.items()}
     out["total"] = totals[i] / weight_sum if weight_sum else 0.0

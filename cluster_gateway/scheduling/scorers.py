@@ -139,9 +139,8 @@ class PrefixScorer:
         kvt = ctx.profile.kv_usage
         q = ctx.est_queue(pods)
         out = [0.0] * n
-        index = ctx.pod_index(pods)
         for name, matched in matches.items():
-            i = index.get(name)
+            i = ctx.position(pods, name)
             if i is None:
                 continue  # not a candidate for this request
             damp = 1.0 - q[i] * fade

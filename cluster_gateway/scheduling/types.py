@@ -97,6 +97,7 @@ class SchedulingContext:
     saturated: bool = False  # every candidate is saturated (the saturation filter failed open)
     degraded: bool = False  # no candidate has fresh metrics: in-flight-only scoring
     memo: dict[str, Any] = field(default_factory=dict)
+    pool_positions: dict[str, int] = field(default_factory=dict)  # pod name → index in pool order
 
     def block_hashes(self) -> tuple[int, ...]:
         return self.request.block_hashes(self.block_chars, self.max_prefix_blocks)
@@ -116,12 +117,20 @@ class SchedulingContext:
             ]
         return q
 
-    def pod_index(self, pods: list[PodState]) -> dict[str, int]:
-        """Candidate position by pod name, for scorers that start from a few names (prefix matches)."""
+    def position(self, pods: list[PodState], name: str) -> int | None:
+        """Where pod `name` sits in the candidate list, without a pass over it in the common case.
+
+        Candidates usually are the whole pool in pool order, so the pool-wide position (kept by the
+        scheduler between membership changes) is tried first and verified; only when filters removed
+        pods is the exact map built, once per decision.
+        """
+        i = self.pool_positions.get(name)
+        if i is not None and i < len(pods) and pods[i].endpoint.name == name:
+            return i
         idx: dict[str, int] | None = self.memo.get("pod_index")
         if idx is None:
-            idx = self.memo["pod_index"] = {p.endpoint.name: i for i, p in enumerate(pods)}
-        return idx
+            idx = self.memo["pod_index"] = {p.endpoint.name: k for k, p in enumerate(pods)}
+        return idx.get(name)
 
 
 class Filter(Protocol):

@@ -65,3 +65,15 @@ def test_prefix_affinity_is_proportional_to_the_matched_share() -> None:
     assert res.scores["prefix"] == 1.0
     ranked = {p.name for p in res.pods}
     assert ranked == {"a", "b"}
+
+
+def test_prefix_affinity_survives_filters_reordering_the_candidates() -> None:
+    pool = EndpointPool()
+    add_pod(pool, "saturated", waiting=9)
+    add_pod(pool, "plain")
+    add_pod(pool, "warm")
+    s = scheduler(pool)
+    s.on_dispatch(req(SYSTEM), get(pool, "warm"))
+    res = s.schedule(req(SYSTEM + "user: hi"))
+    assert res.pod.name == "warm"  # found at candidate position 1, not its pool position 2
+    assert res.scores["prefix"] > 0.9

@@ -39,6 +39,7 @@ class LevelResult:
     cpu_s: float = 0.0
     ttfts: list[float] = field(default_factory=list)
     itls: list[float] = field(default_factory=list)
+    tpots: list[float] = field(default_factory=list)  # per request: (last - first token) / (n - 1)
     errors: int = 0
 
 
@@ -65,7 +66,9 @@ async def one_request(
 ) -> None:
     body = {"model": MODEL, "prompt": prompt_for(i, prompt_tokens), "max_tokens": max_tokens, "stream": True}
     t0 = time.monotonic()
+    first: float | None = None
     last: float | None = None
+    tokens = 0
     try:
         async with c.stream("POST", "/v1/completions", json=body) as r:
             if r.status_code != 200:
@@ -80,15 +83,19 @@ async def one_request(
                 n = sum(count_tokens(ch["text"]) for ch in choices)
                 if n == 0:
                     continue
-                if last is None:
+                if first is None:
+                    first = now
                     res.ttfts.append(now - t0)
-                else:
+                elif last is not None:
                     res.itls.extend([(now - last) / n] * n)  # merged deltas: spread the gap per token
                 last = now
+                tokens += n
     except httpx.HTTPError:
         res.errors += 1
         return
     res.requests += 1
+    if first is not None and last is not None and tokens > 1:
+        res.tpots.append((last - first) / (tokens - 1))
 
 
 async def run_level(
@@ -138,12 +145,15 @@ async def generated(clients: list[httpx.AsyncClient]) -> float:
     return total
 
 
-def expected(p: HardwareProfile, c: int, prompt: int, out: int, scale: float) -> tuple[float, float, float]:
-    """Roofline prediction at steady state with `c` requests in the batch: (tok/s, TTFT, ITL p50).
+def expected(
+    p: HardwareProfile, c: int, prompt: int, out: int, scale: float
+) -> tuple[float, float, float, float]:
+    """Roofline prediction at steady state with `c` requests in the batch: (tok/s, TTFT, ITL, TPOT).
 
     Every request needs `out` decode steps shared by the whole batch, and its prefill rides in one
     step (per chunk) with the batch's decodes, stretching that step; throughput is the batch's
-    tokens over that total GPU time.
+    tokens over that total GPU time. ITL is a plain decode step (the median), TPOT the mean
+    per-token time including the prefill stalls of the other requests.
     """
     batch = min(c, p.max_num_seqs)
     ctx = batch * (prompt + out // 2)
@@ -153,7 +163,7 @@ def expected(p: HardwareProfile, c: int, prompt: int, out: int, scale: float) ->
     with_prefill = p.step_seconds(batch, chunk + batch - 1, ctx + chunk)
     ttft = chunks * with_prefill
     gpu_time = out * decode + batch * chunks * (with_prefill - decode)
-    return batch * out / gpu_time / scale, ttft * scale, decode * scale
+    return batch * out / gpu_time / scale, ttft * scale, decode * scale, gpu_time / out * scale
 
 
 def start_sim(profile: str, time_scale: float, pods: int) -> tuple[subprocess.Popen[str], list[str]]:
@@ -183,18 +193,19 @@ async def main_async(args: argparse.Namespace) -> int:
         print()
         hdr = (
             "| conc | reqs | tok/s meas | tok/s exp | TTFT p50 ms | TTFT p99 ms | TTFT exp ms "
-            "| ITL p50 ms | ITL p99 ms | ITL exp ms | sim CPU % |"
+            "| ITL p50 ms | ITL p99 ms | ITL exp ms | TPOT p50 ms | TPOT exp ms | sim CPU % |"
         )
         print(hdr)
         print("|" + "---|" * (hdr.count("|") - 1))
         for c in levels:
             r = await run_level(urls, proc.pid, c, args.duration, args.prompt_tokens, args.max_tokens)
-            tput, ttft, itl = expected(p, c, args.prompt_tokens, args.max_tokens, args.time_scale)
+            tput, ttft, itl, tpot = expected(p, c, args.prompt_tokens, args.max_tokens, args.time_scale)
             tput *= args.pods
             print(
                 f"| {c} | {r.requests} | {r.output_tokens / r.wall_s:.0f} | {tput:.0f} "
                 f"| {1e3 * pct(r.ttfts, 0.5):.1f} | {1e3 * pct(r.ttfts, 0.99):.1f} | {1e3 * ttft:.1f} "
                 f"| {1e3 * pct(r.itls, 0.5):.2f} | {1e3 * pct(r.itls, 0.99):.2f} | {1e3 * itl:.2f} "
+                f"| {1e3 * pct(r.tpots, 0.5):.2f} | {1e3 * tpot:.2f} "
                 f"| {100 * r.cpu_s / r.wall_s:.0f} |" + (f" errors={r.errors}" if r.errors else ""),
                 flush=True,
             )

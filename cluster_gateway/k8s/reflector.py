@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import random
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,6 +44,18 @@ class WatchTimings:
     backoff_initial_s: float = 0.2
     backoff_max_s: float = 30.0
     early_end_s: float = 1.0  # a watch that ends this fast with nothing in it counts as a failure
+
+
+class _Stopped(Exception):
+    """The session ended before its watch request was sent."""
+
+
+def _shutdown_socket(resp: Any) -> None:
+    """Unblock a thread reading this response (close() alone would wait for the reader)."""
+    sock = getattr(getattr(resp, "connection", None), "sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 class _WatchEndedEarly(Exception):
@@ -193,14 +206,28 @@ class Reflector:
                 with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is listening
                     loop.call_soon_threadsafe(queue.put_nowait, item)
 
+        responses: list[Any] = []
+
+        def call(*args: Any, **kw: Any) -> Any:
+            # Watch.stop() only sees the response once the stream loop has it; recording it here
+            # closes the gap between "request sent" and "stream loop started".
+            if stopping.is_set():
+                raise _Stopped
+            resp = self._watch_call(*args, **kw)
+            responses.append(resp)
+            if stopping.is_set():
+                _shutdown_socket(resp)
+            return resp
+
         def pump() -> None:
             outcome: tuple[str, Any] = ("end", None)
             try:
-                if not stopping.is_set():
-                    for event in w.stream(self._watch_call, *self._watch_args, **kwargs):
-                        post(("event", event))
-                        if stopping.is_set():
-                            break
+                for event in w.stream(call, *self._watch_args, **kwargs):
+                    post(("event", event))
+                    if stopping.is_set():
+                        break
+            except _Stopped:
+                pass
             except BaseException as exc:
                 outcome = ("error", exc)
             post(outcome)
@@ -232,6 +259,8 @@ class Reflector:
         finally:
             stopping.set()
             w.stop()  # shuts the socket down so the pump thread unblocks at once
+            for resp in responses:
+                _shutdown_socket(resp)
 
     def _apply(self, event: dict[str, Any]) -> None:
         etype = event.get("type", "")

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import math
 import random
+import time
 from collections import deque
 from collections.abc import Iterable
 from typing import Any
@@ -31,6 +32,14 @@ log = logging.getLogger("modelsim.engine")
 
 Batch = list[tuple[SimRequest, int]]
 MAX_CATCH_UP_S = 0.05  # how far behind the step clock may fall before it resynchronises
+
+
+def _now() -> float:
+    """The event loop's clock (monotonic), also when called from outside a running loop."""
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:
+        return time.monotonic()
 
 
 class Engine:
@@ -168,10 +177,10 @@ class Engine:
             with contextlib.suppress(ValueError):
                 self.running.remove(req)
             self.kv.free(req)
-        self._finish(req, "abort", asyncio.get_running_loop().time(), remove=False)
+        self._finish(req, "abort", _now(), remove=False)
 
     def abort_all(self, record: bool = True) -> None:
-        now = asyncio.get_running_loop().time() if self._task is not None else 0.0
+        now = _now()
         reqs = list(self.waiting) + self.running
         self.waiting.clear()
         self.running = []

@@ -67,6 +67,7 @@ class SimPod:
         self.filler = FillerText(spec.seed)
         self.app = SimApp(self)
         self._server: uvicorn.Server | None = None
+        self._stopping = False
         self.listening = False
 
     @property
@@ -117,6 +118,7 @@ class SimPod:
         self.listening = False
 
     async def stop(self) -> None:
+        self._stopping = True
         await self.engine.stop()
         if self.faults.mode != "none":
             self.faults.apply({"mode": "none"})  # release hung handlers; the engine now refuses work
@@ -153,13 +155,38 @@ class SimPod:
             self.engine.reset()
             log.warning("pod %d crashed (fault): %s refuses connections", self.index, self.url)
         elif prev == "crash" and mode != "crash":
-            sock = _listen_socket(self.host, self.port)  # listening again before this returns
+            try:
+                sock = _listen_socket(self.host, self.port)  # listening again before this returns
+            except OSError as exc:
+                log.error("pod %d cannot listen on %s again (%s); retrying", self.index, self.url, exc)
+                asyncio.get_running_loop().create_task(self._resume(None))
+                return
             asyncio.get_running_loop().create_task(self._resume(sock))
             log.warning("pod %d restarted after crash fault: %s", self.index, self.url)
 
-    async def _resume(self, sock: socket.socket) -> None:
-        assert self._server is not None
-        await self._server.startup(sockets=[sock])
+    async def _resume(self, sock: socket.socket | None) -> None:
+        """Serve on the re-bound socket (or keep trying to bind it, e.g. the port is briefly taken)."""
+        attempts = 0
+        while sock is None:
+            attempts += 1
+            await asyncio.sleep(0.2)
+            if self.faults.mode == "crash" or self._stopping:
+                return  # crashed again or stopped meanwhile
+            try:
+                sock = _listen_socket(self.host, self.port)
+            except OSError:
+                if attempts >= 50:
+                    log.error("pod %d gave up listening on %s", self.index, self.url)
+                    return
+        srv = self._server
+        if srv is None or self._stopping:
+            sock.close()
+            return
+        await srv.startup(sockets=[sock])
+        if self._stopping:  # stop() ran while we were starting up
+            for s in srv.servers:
+                s.close()
+            return
         self.listening = True
 
     def _expire_fault(self) -> None:

@@ -5,6 +5,8 @@ itself: the others keep their cadence. A shared semaphore bounds concurrent scra
 request has a hard deadline. Membership follows the pool: a supervisor loop starts loops for pods
 discovery added and cancels those of removed pods, and marks pods stale whose last good scrape is
 older than `maxStalenessMs` (so a pod stuck behind long timeouts cannot look fresh).
+Everything runs on the gateway's event loop, so the per-scrape CPU cost is kept small: a lean
+keep-alive HTTP client (`fetch.KeepAliveFetcher`) and a parse of only the needed lines (`engines`).
 """
 
 from __future__ import annotations

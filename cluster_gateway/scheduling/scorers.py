@@ -128,6 +128,7 @@ class PrefixScorer:
     """
 
     name = "prefix"
+    fade_depths = 2.0  # affinity reaches zero at this many saturation depths of estimated queue
 
     def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
         n = len(pods)
@@ -135,7 +136,7 @@ class PrefixScorer:
         if not matches:
             return [0.0] * n
         total = len(ctx.block_hashes())
-        fade = 1.0 / (2.0 * ctx.profile.queue_depth)
+        fade = 1.0 / (self.fade_depths * ctx.profile.queue_depth)
         kvt = ctx.profile.kv_usage
         q = ctx.est_queue(pods)
         out = [0.0] * n

@@ -19,7 +19,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from cluster_gateway.k8s.client import load_api_client
-from cluster_gateway.k8s.reflector import KubeObject, Reflector, WatchTimings, list_objects
+from cluster_gateway.k8s.reflector import KubeObject, Reflector, WatchTimings, list_all
 from cluster_gateway.pool import Endpoint, EndpointPool, EngineType
 from common.config.gateway import (
     INFERENCE_POOL_GROUP,
@@ -127,6 +127,7 @@ class KubernetesSource:
         api_client: client.ApiClient | None = None,
         *,
         timings: WatchTimings | None = None,
+        list_page_size: int = 500,
     ) -> None:
         if cfg.inference_pool is None and (cfg.selector is None or not cfg.selector.match_labels):
             raise ConfigError(
@@ -138,6 +139,7 @@ class KubernetesSource:
         self._core = client.CoreV1Api(self._api)
         self._custom = client.CustomObjectsApi(self._api)
         self._timings = timings
+        self.list_page_size = list_page_size
         self.target: PodTarget | None = None
         self._target_changed = asyncio.Event()
         self.pod_reflector: Reflector | None = None  # the current pod watch (tests inspect it)
@@ -162,10 +164,8 @@ class KubernetesSource:
         ns, selector = self.cfg.namespace, target.label_selector
 
         def list_pods() -> tuple[list[KubeObject], str | None]:
-            return list_objects(
-                self._core.list_namespaced_pod(
-                    ns, label_selector=selector, _preload_content=False, _request_timeout=30
-                )
+            return list_all(
+                self._core.list_namespaced_pod, ns, label_selector=selector, page_size=self.list_page_size
             )
 
         self.pod_reflector = Reflector(

@@ -97,11 +97,29 @@ def _retryable(exc: BaseException) -> bool:
     return isinstance(exc, Exception) and not is_gone(exc)
 
 
-def list_objects(response: Any) -> tuple[list[KubeObject], str | None]:
-    """Decode a raw (`_preload_content=False`) list response: items and the list's resourceVersion."""
-    body = json.loads(response.data)
-    rv = (body.get("metadata") or {}).get("resourceVersion")
-    return list(body.get("items") or []), rv
+def _retryable_or_gone(exc: BaseException) -> bool:
+    return isinstance(exc, Exception)
+
+
+def list_all(
+    call: Callable[..., Any], *args: Any, page_size: int = 500, **kwargs: Any
+) -> tuple[list[KubeObject], str | None]:
+    """A consistent list in pages of `page_size` (one snapshot, like client-go's pager): the items and
+    the list's resourceVersion. Items stay plain dicts: decoding thousands of pods into client models
+    is slow and we read only a few fields."""
+    items: list[KubeObject] = []
+    token: str | None = None
+    while True:
+        page: dict[str, Any] = {"limit": page_size}
+        if token:
+            page["_continue"] = token
+        resp = call(*args, **kwargs, **page, _preload_content=False, _request_timeout=30)
+        body = json.loads(resp.data)
+        meta = body.get("metadata") or {}
+        items.extend(body.get("items") or [])
+        token = meta.get("continue")
+        if not token:
+            return items, meta.get("resourceVersion")
 
 
 def describe_error(exc: BaseException) -> str:
@@ -138,6 +156,7 @@ class Reflector:
         self._events_since_list = 0
 
     async def run(self) -> NoReturn:
+        gone_streak = 0  # 410s right after a relist, with nothing in between: back off, don't spin
         while True:
             await self._relist()
             try:
@@ -148,11 +167,24 @@ class Reflector:
             except ApiException as exc:
                 if not is_gone(exc):
                     raise
+                gone_streak = 0 if self._events_since_list else gone_streak + 1
+                delay = self._gone_backoff(gone_streak)
                 log.info(
-                    "%s: resourceVersion %s expired (410 Gone), relisting", self.name, self.resource_version
+                    "%s: resourceVersion %s expired (410 Gone), relisting in %.2fs",
+                    self.name,
+                    self.resource_version,
+                    delay,
                 )
+                await asyncio.sleep(delay)
 
-    def _retrying(self, what: str) -> AsyncRetrying:
+    def _gone_backoff(self, streak: int) -> float:
+        """No wait for a lone 410 (normal after a long disconnect); jittered exponential after that."""
+        if streak <= 1:
+            return 0.0
+        ceiling = min(self._t.backoff_max_s, self._t.backoff_initial_s * 2 ** (streak - 1))
+        return random.uniform(ceiling / 2, ceiling)
+
+    def _retrying(self, what: str, retry_gone: bool = False) -> AsyncRetrying:
         def before_sleep(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
             sleep = state.next_action.sleep if state.next_action else 0.0
@@ -167,13 +199,13 @@ class Reflector:
 
         return AsyncRetrying(
             wait=wait_random_exponential(multiplier=self._t.backoff_initial_s, max=self._t.backoff_max_s),
-            retry=retry_if_exception(_retryable),
+            retry=retry_if_exception(_retryable_or_gone if retry_gone else _retryable),
             before_sleep=before_sleep,
             reraise=True,
         )
 
     async def _relist(self) -> None:
-        async for attempt in self._retrying("list"):
+        async for attempt in self._retrying("list", retry_gone=True):
             with attempt:
                 items, rv = await in_daemon_thread(self._list_fn, f"list-{self.name}")
         self.relists += 1

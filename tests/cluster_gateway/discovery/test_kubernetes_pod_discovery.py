@@ -240,3 +240,50 @@ async def test_shutdown_is_prompt_even_while_an_api_call_hangs(
 
     took = await asyncio.wait_for(asyncio.to_thread(whole_process_loop), 10)
     assert took < 2.0, f"shutdown waited {took:.1f}s for a hung API request"
+
+
+async def test_large_pools_are_listed_in_pages(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    for i in range(7):
+        apiserver.put_pod(make_pod(f"p{i}", f"10.0.0.{i + 1}", labels=APP))
+    apiserver.put_pod(make_pod("unready", "10.0.1.1", ready=False, labels=APP))
+    cfg = KubernetesDiscovery(selector=LabelSelector(match_labels=APP))
+    source = KubernetesSource(cfg, api_client, timings=FAST, list_page_size=3)
+    pool = EndpointPool()
+    async with running(source, pool):
+        await eventually(lambda: apiserver.open_watches == 1, 2.0, "watch start")
+        assert _names(pool) == {f"p{i}" for i in range(7)}
+        pages = apiserver.list_requests()
+        assert [r.query.get("limit") for r in pages] == ["3", "3", "3"]
+        assert "continue" not in pages[0].query and all("continue" in r.query for r in pages[1:])
+        assert apiserver.watch_requests()[0].query["resourceVersion"] == str(apiserver.rv)
+
+
+async def test_expired_continue_token_restarts_the_list(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    for i in range(5):
+        apiserver.put_pod(make_pod(f"p{i}", f"10.0.0.{i + 1}", labels=APP))
+    apiserver.expire_next_continue = 1
+    cfg = KubernetesDiscovery(selector=LabelSelector(match_labels=APP))
+    source = KubernetesSource(cfg, api_client, timings=FAST, list_page_size=2)
+    pool = EndpointPool()
+    async with running(source, pool):
+        await eventually(lambda: len(pool) == 5, 2.0, "full pool after the restarted list")
+        starts = [r for r in apiserver.list_requests() if "continue" not in r.query]
+        assert len(starts) == 2, "the list restarted from its first page"
+
+
+async def test_repeated_gone_backs_off_instead_of_spinning(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    apiserver.put_pod(make_pod("a", "10.0.0.1", labels=APP))
+    apiserver.compacted_rv = 10**9  # a broken server: every watch is answered with 410 Gone
+    pool = EndpointPool()
+    source = _selector_source(api_client)
+    async with running(source, pool):
+        await asyncio.sleep(1.0)
+        assert _names(pool) == {"a"}, "the listed state keeps serving"
+        relists = len(apiserver.list_requests())
+    assert 3 <= relists <= 40, f"{relists} relists in 1s"

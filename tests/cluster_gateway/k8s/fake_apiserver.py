@@ -138,9 +138,11 @@ class FakeApiServer:
         self.log: list[tuple[int, str, str, dict[str, Any]]] = []  # rv, collection, type, object
         self.requests: list[RecordedRequest] = []
         self.fail_next: list[int] = []  # HTTP codes for the next requests (any path)
+        self.expire_next_continue = 0  # the next N continue tokens are answered with 410
         self.hang_next = 0  # the next N requests get no answer until the server stops
         self._release = asyncio.Event()
         self._watchers: set[_Watcher] = set()
+        self._snapshots: dict[str, tuple[int, list[dict[str, Any]]]] = {}  # paginated lists
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
         self.port = 0
@@ -333,19 +335,36 @@ class FakeApiServer:
         await send({"type": "http.response.body", "body": data})
 
     async def _list(self, send: Send, collection: str, namespace: str, query: dict[str, str]) -> None:
-        selector = _parse_selector(query.get("labelSelector"))
-        field_name = _parse_selector(query.get("fieldSelector")).get("metadata.name")
-        items = [
-            o
-            for (coll, ns, _), o in sorted(self.objects.items())
-            if self._matches(collection, namespace, selector, field_name, coll, o) and ns == namespace
-        ]
+        token = query.get("continue")
+        if token:  # a later page of a paginated list: served from the first page's snapshot
+            snap_id, _, offset_s = token.partition(":")
+            snapshot = self._snapshots.get(snap_id)
+            expire = self.expire_next_continue > 0
+            self.expire_next_continue -= 1 if expire else 0
+            if snapshot is None or snapshot[0] < self.compacted_rv or expire:
+                await self._json(send, 410, _status(410, "Expired", "the continue token has expired"))
+                return
+            list_rv, items, offset = snapshot[0], snapshot[1], int(offset_s)
+        else:
+            selector = _parse_selector(query.get("labelSelector"))
+            field_name = _parse_selector(query.get("fieldSelector")).get("metadata.name")
+            items = [
+                o
+                for (coll, _, _), o in sorted(self.objects.items())
+                if self._matches(collection, namespace, selector, field_name, coll, o)
+            ]
+            list_rv, offset = self.rv, 0
+        meta: dict[str, Any] = {"resourceVersion": str(list_rv)}
+        limit = int(query.get("limit") or 0)
+        page = items[offset:]
+        if limit and len(page) > limit:
+            page = page[:limit]
+            snap_id = token.partition(":")[0] if token else str(len(self._snapshots))
+            self._snapshots[snap_id] = (list_rv, items)
+            meta["continue"] = f"{snap_id}:{offset + limit}"
+            meta["remainingItemCount"] = len(items) - offset - limit
         kind = "PodList" if collection == PODS else "List"
-        await self._json(
-            send,
-            200,
-            {"kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": str(self.rv)}, "items": items},
-        )
+        await self._json(send, 200, {"kind": kind, "apiVersion": "v1", "metadata": meta, "items": page})
 
     async def _watch(
         self, receive: Receive, send: Send, collection: str, namespace: str, query: dict[str, str]

@@ -35,6 +35,7 @@ class PodSpecEntry(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     lora_load_s: float | None = None
     enable_prefix_caching: bool = True
     fault: str | None = None
+    fault_params: dict[str, float] = {}
     replicas: int = 1
 
 
@@ -65,14 +66,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--fault",
         action="append",
         default=[],
-        metavar="I:MODE",
-        help=f"start pod I with a fault ({'|'.join(MODES)}); repeatable",
+        metavar="I:MODE[:k=v,...]",
+        help=f"start pod I with a fault ({'|'.join(MODES)}), e.g. 0:error:rate=0.3,status=503; repeatable",
     )
     p.add_argument("--log-level", default="info")
 
 
 def _csv(s: str) -> list[str]:
     return [x.strip() for x in s.split(",") if x.strip()]
+
+
+def _fault_params(flag: str, kvs: str) -> dict[str, float | int]:
+    """`rate=0.5,status=503` -> {"rate": 0.5, "status": 503}."""
+    out: dict[str, float | int] = {}
+    for kv in _csv(kvs):
+        k, eq, v = kv.partition("=")
+        try:
+            out[k] = int(v) if v.isdigit() else float(v)
+        except ValueError:
+            eq = ""
+        if not eq:
+            raise ConfigError(f"--fault {flag!r}: parameter {kv!r} is not k=<number>")
+    return out
 
 
 def build_specs(args: argparse.Namespace) -> list[PodSpec]:
@@ -99,6 +114,7 @@ def build_specs(args: argparse.Namespace) -> list[PodSpec]:
                         lora_load_s=e.lora_load_s,
                         enable_prefix_caching=e.enable_prefix_caching,
                         fault=e.fault,
+                        fault_params=dict(e.fault_params),
                     )
                 )
     else:
@@ -122,10 +138,12 @@ def build_specs(args: argparse.Namespace) -> list[PodSpec]:
             for i in range(args.pods)
         ]
     for f in args.fault:
-        idx, _, mode = f.partition(":")
-        if not idx.isdigit() or int(idx) >= len(specs):
-            raise ConfigError(f"--fault {f!r}: expected I:MODE with 0 <= I < {len(specs)}")
+        idx, _, rest = f.partition(":")
+        mode, _, kvs = rest.partition(":")
+        if not idx.isdigit() or int(idx) >= len(specs) or not mode:
+            raise ConfigError(f"--fault {f!r}: expected I:MODE[:k=v,...] with 0 <= I < {len(specs)}")
         specs[int(idx)].fault = mode
+        specs[int(idx)].fault_params = _fault_params(f, kvs)
     for i, s in enumerate(specs):
         try:
             s.validate()

@@ -40,6 +40,7 @@ class PodSpec:
     lora_load_s: float | None = None
     enable_prefix_caching: bool = True
     fault: str | None = None  # a fault mode set at start (e.g. "slow", "error")
+    fault_params: dict[str, Any] = field(default_factory=dict)  # e.g. {"rate": 0.2, "status": 503}
 
     def validate(self) -> None:
         """Raise ValueError naming the field for a spec the engine cannot run."""
@@ -71,7 +72,10 @@ class PodSpec:
         if self.model in self.adapters:
             raise ValueError("adapters: an adapter cannot have the base model's name")
         if self.fault is not None:
-            FaultState.parse(self.fault, {})
+            try:
+                FaultState.parse(self.fault, self.fault_params)
+            except ValueError as exc:
+                raise ValueError(f"fault: {exc}") from None
 
 
 class SimFleet:
@@ -104,7 +108,7 @@ class SimFleet:
                 await pod.start()
                 started.append(pod)
                 if pod.spec.fault:
-                    pod.apply_fault(FaultState.parse(pod.spec.fault, {}))
+                    pod.apply_fault(FaultState.parse(pod.spec.fault, pod.spec.fault_params))
         except BaseException:
             for pod in started:
                 await pod.stop()

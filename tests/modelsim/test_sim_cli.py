@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 import signal
 import subprocess
@@ -9,6 +10,10 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
+
+from common.config.loader import ConfigError
+from modelsim.cli import add_arguments, build_specs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,3 +80,16 @@ def test_heterogeneous_pod_spec_file(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
+
+
+def test_fault_flags_take_parameters() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    specs = build_specs(parser.parse_args(["--pods", "2", "--fault", "1:error:rate=0.25,status=503"]))
+    assert specs[1].fault == "error" and specs[1].fault_params == {"rate": 0.25, "status": 503}
+    with pytest.raises(ConfigError, match="rate=x"):
+        build_specs(parser.parse_args(["--fault", "0:error:rate=x"]))
+    with pytest.raises(ConfigError, match="status"):
+        build_specs(parser.parse_args(["--fault", "0:error:status=200"]))
+    with pytest.raises(ConfigError, match="I:MODE"):
+        build_specs(parser.parse_args(["--pods", "1", "--fault", "3:crash"]))

@@ -27,6 +27,7 @@ from cluster_gateway.observability import (
 from cluster_gateway.pool import PodState
 from cluster_gateway.proxy.dispatch import Dispatcher, Pick
 from cluster_gateway.proxy.headers import downstream_response_headers
+from cluster_gateway.proxy.upstream import UpstreamClients
 from common.errors import OpenAIError
 from common.telemetry import inject_traceparent
 
@@ -56,14 +57,14 @@ def _retryable_status(status: int) -> bool:
 class Forwarder:
     def __init__(
         self,
-        client: httpx.AsyncClient,
+        clients: UpstreamClients,
         dispatcher: Dispatcher,
         metrics: GatewayMetrics,
         *,
         max_attempts: int,
         debug_headers: bool = False,
     ) -> None:
-        self.client = client
+        self.clients = clients
         self.dispatcher = dispatcher
         self.metrics = metrics
         self.max_attempts = max_attempts
@@ -88,11 +89,12 @@ class Forwarder:
                     t0 = time.monotonic()
                     attempt_headers = dict(headers)
                     inject_traceparent(attempt_headers)  # the pod's parent span is this attempt
-                    req = self.client.build_request(
+                    client = self.clients.for_pod(pod)
+                    req = client.build_request(
                         "POST", pod.endpoint.url + path, content=body, headers=attempt_headers
                     )
                     try:
-                        resp = await self.client.send(req, stream=True)
+                        resp = await client.send(req, stream=True)
                     except _NOT_ANSWERED as exc:
                         last_error = f"{pod.name}: {type(exc).__name__}"
                         span.set_attribute("fleetgate.error", last_error)

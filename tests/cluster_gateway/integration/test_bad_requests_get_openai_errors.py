@@ -52,3 +52,23 @@ async def test_models_health_ready_and_metrics() -> None:
         assert "fleetgate_gateway_stale_pods 0.0" in text
         assert "fleetgate_gateway_admission_queue_length 0.0" in text
         assert "fleetgate_gateway_inflight_requests" in text
+
+
+async def test_responses_are_not_held_back_by_nagle() -> None:
+    """The listener is TCP with TCP_NODELAY, so small responses are not delayed ~40 ms by Nagle."""
+    import socket
+    import statistics
+    import time
+
+    async with running([tiny()]) as (_fleet, gw, c):
+        server = gw._server
+        assert server is not None
+        sock = server.servers[0].sockets[0]
+        assert sock.proto == socket.IPPROTO_TCP
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+        times = []
+        for _ in range(15):
+            t0 = time.perf_counter()
+            assert (await c.get("/v1/models")).status_code == 200
+            times.append(time.perf_counter() - t0)
+        assert statistics.median(times) < 0.03, times  # Nagle + delayed ACK would be >= 40 ms

@@ -103,8 +103,11 @@ async def test_a_shared_system_prompt_sticks_to_the_pod_holding_its_prefix() -> 
                 "max_tokens": 2,
             }
             pods.append(await pod_of(c, body))
+            # Moderate rate (a scrape between requests): this is about affinity, not the burst guard
+            # that deliberately spreads back-to-back requests before the next scrape confirms them.
+            await asyncio.sleep(0.12)
         first = pods[0]
-        assert pods.count(first) >= 9, pods
+        assert pods.count(first) >= 9, pods  # chance alone would give ~3 of 10
         # A different prompt is free to go elsewhere: affinity is per prefix, not a sticky pod.
         others = {await pod_of(c, chat(f"unrelated {i} " * 40, max_tokens=2)) for i in range(6)}
         assert len(others) >= 2, others

@@ -1,0 +1,459 @@
+"""What the cluster gateway adds on the request path: `python -m bench.proxy_overhead [--quick]`.
+
+Pods (`fleetgate sim`, tiny profile with a small time scale, so model time is negligible) and the
+gateway (`fleetgate gateway`) run as separate processes, like in production; this process is only
+the client. Sections:
+  * added latency, non-streaming and streaming time-to-first-byte: gateway vs. the pod directly
+    (requests alternate between the two so both see the same machine load);
+  * max requests/s at a fixed concurrency, through the gateway and directly;
+  * the ext_proc pick path: a gRPC client playing Envoy (headers + body → destination), and,
+    when the envoy binary is present, a full request through Envoy + picker vs. direct;
+  * the web-framework choice: a bare ASGI app vs. the same endpoint on litestar.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import math
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    if not values:
+        return math.nan
+    s = sorted(values)
+    return s[max(0, min(len(s) - 1, math.ceil(q / 100 * len(s)) - 1))]
+
+
+@dataclass
+class Row:
+    section: str
+    what: str
+    p50_ms: float
+    p99_ms: float
+    note: str = ""
+
+
+def _spawn(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "fleetgate", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def _read_until(stream: Any, pattern: str, count: int, timeout: float = 30.0) -> list[str]:
+    found: list[str] = []
+    deadline = time.monotonic() + timeout
+    rx = re.compile(pattern)
+    while len(found) < count and time.monotonic() < deadline:
+        line = stream.readline()
+        if not line:
+            break
+        if m := rx.search(line):
+            found.append(m.group(1))
+    if len(found) < count:
+        raise RuntimeError(f"expected {count} matches of {pattern!r}, got {found}")
+    return found
+
+
+def _drain(pipe: Any) -> None:
+    for _line in pipe:
+        pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _stop(p: subprocess.Popen[str]) -> None:
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+@contextlib.contextmanager
+def processes(pods: int) -> Any:
+    sim = _spawn(
+        "sim",
+        "--pods",
+        str(pods),
+        "--base-port",
+        "0",
+        "--profile",
+        "tiny",
+        "--time-scale",
+        "0.01",
+        "--log-level",
+        "warning",
+    )
+    gw: subprocess.Popen[str] | None = None
+    try:
+        urls = _read_until(sim.stdout, r"listening on (http://\S+)", pods)
+        gw = _spawn(
+            "gateway",
+            "--pods",
+            ",".join(urls),
+            "--port",
+            "0",
+            "--extproc-port",
+            "0",
+            "--log-format",
+            "text",
+            "--log-level",
+            "INFO",
+        )
+        ports = _read_until(gw.stderr, r"listening on (?:http://)?127\.0\.0\.1:(\d+)", 2)
+        # Drain the log pipes so the servers can never block on a full pipe.
+        for pipe in (gw.stderr, gw.stdout, sim.stdout, sim.stderr):
+            if pipe is not None:
+                threading.Thread(target=_drain, args=(pipe,), daemon=True).start()
+        yield urls, f"http://127.0.0.1:{ports[0]}", int(ports[1]), gw.pid
+    finally:
+        if gw is not None:
+            _stop(gw)
+        _stop(sim)
+
+
+_seq = itertools.count()
+
+
+def body(stream: bool = False, max_tokens: int = 1) -> dict[str, Any]:
+    # A distinct prompt per request: this bench measures the data path, not prefix-affinity routing
+    # (identical prompts would rightly be steered to the pod that cached them).
+    return {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": f"{next(_seq)} ping"}],
+        "max_tokens": max_tokens,
+        "stream": stream,
+    }
+
+
+async def timed_request(c: httpx.AsyncClient, url: str, stream: bool) -> float:
+    """Non-streaming: full response time. Streaming: time to the first body byte."""
+    t0 = time.perf_counter()
+    if not stream:
+        r = await c.post(url + "/v1/chat/completions", json=body())
+        r.raise_for_status()
+        return time.perf_counter() - t0
+    async with c.stream("POST", url + "/v1/chat/completions", json=body(True, 8)) as r:
+        r.raise_for_status()
+        ttfb = None
+        async for _chunk in r.aiter_raw():
+            if ttfb is None:
+                ttfb = time.perf_counter() - t0
+        if ttfb is not None:
+            return ttfb
+    raise RuntimeError("empty stream")
+
+
+async def added_latency(pods: list[str], gw: str, n: int) -> list[Row]:
+    rows = []
+    async with httpx.AsyncClient(timeout=30) as c:
+        for stream in (False, True):
+            for _ in range(20):  # warm connections on both paths
+                await timed_request(c, gw, stream)
+                await timed_request(c, pods[0], stream)
+            direct, via = [], []
+            for i in range(n):
+                direct.append(await timed_request(c, pods[i % len(pods)], stream))
+                via.append(await timed_request(c, gw, stream))
+            label = "streaming TTFB" if stream else "non-streaming"
+            rows.append(
+                Row("latency", f"{label}: direct to pod", pct(direct, 50) * 1e3, pct(direct, 99) * 1e3)
+            )
+            rows.append(Row("latency", f"{label}: via gateway", pct(via, 50) * 1e3, pct(via, 99) * 1e3))
+            rows.append(
+                Row(
+                    "latency",
+                    f"{label}: ADDED by gateway",
+                    (pct(via, 50) - pct(direct, 50)) * 1e3,
+                    (pct(via, 99) - pct(direct, 99)) * 1e3,
+                    f"n={n} sequential",
+                )
+            )
+    return rows
+
+
+async def max_rps(targets: list[str], concurrency: int, seconds: float) -> tuple[float, list[float], int]:
+    lat: list[float] = []
+    errors = 0
+    stop_at = time.perf_counter() + seconds
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(timeout=30, limits=limits) as c:
+
+        async def worker(i: int) -> None:
+            nonlocal errors
+            k = i
+            while time.perf_counter() < stop_at:
+                t0 = time.perf_counter()
+                try:
+                    r = await c.post(targets[k % len(targets)] + "/v1/chat/completions", json=body())
+                    if r.status_code != 200:
+                        errors += 1
+                except httpx.HTTPError:
+                    errors += 1
+                lat.append(time.perf_counter() - t0)
+                k += 1
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker(i) for i in range(concurrency)))
+        wall = time.perf_counter() - t0
+    return len(lat) / wall, lat, errors
+
+
+def cpu_seconds(pid: int) -> float:
+    """user+system CPU time of a process (Linux /proc), to report CPU per request on a shared box."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def throughput(pods: list[str], gw: str, gw_pid: int, concurrency: int, seconds: float) -> list[Row]:
+    rows = []
+    for name, targets in (("direct to pods (round robin)", pods), ("via gateway", [gw])):
+        cpu0 = cpu_seconds(gw_pid)
+        rps, lat, errors = await max_rps(targets, concurrency, seconds)
+        note = f"{rps:,.0f} req/s at concurrency {concurrency}, {errors} errors"
+        if targets == [gw]:
+            per_req_ms = (cpu_seconds(gw_pid) - cpu0) / max(1, len(lat)) * 1e3
+            note += f"; gateway CPU {per_req_ms:.2f} ms/request (~{1000 / max(per_req_ms, 1e-3):,.0f} req/s per core)"
+        rows.append(Row("throughput", name, pct(lat, 50) * 1e3, pct(lat, 99) * 1e3, note))
+    return rows
+
+
+async def extproc_pick(port: int, n: int) -> list[Row]:
+    import grpc
+    from envoy.config.core.v3 import base_pb2
+    from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
+    from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+    from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+
+    payload = json.dumps(body()).encode()
+    hs = {":method": "POST", ":path": "/v1/chat/completions", "content-type": "application/json"}
+    headers = pb.ProcessingRequest(
+        request_headers=pb.HttpHeaders(
+            headers=base_pb2.HeaderMap(
+                headers=[base_pb2.HeaderValue(key=k, raw_value=v.encode()) for k, v in hs.items()]
+            )
+        ),
+        protocol_config=pb.ProtocolConfiguration(
+            request_body_mode=processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
+        ),
+    )
+    body_msg = pb.ProcessingRequest(request_body=pb.HttpBody(body=payload, end_of_stream=True))
+    out = []
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+        stub = pb_grpc.ExternalProcessorStub(ch)
+
+        async def one() -> float:
+            call = stub.Process()
+            t0 = time.perf_counter()
+            await call.write(headers)
+            await call.write(body_msg)
+            first = await call.read()  # the destination (headers answer)
+            dt = time.perf_counter() - t0
+            assert first.WhichOneof("response") == "request_headers", first
+            await call.read()  # the streamed body back
+            await call.done_writing()
+            while await call.read() is not grpc.aio.EOF:
+                pass
+            return dt
+
+        for _ in range(20):
+            await one()
+        out = [await one() for _ in range(n)]
+    return [
+        Row(
+            "ext_proc",
+            "pick round trip (headers+body → destination)",
+            pct(out, 50) * 1e3,
+            pct(out, 99) * 1e3,
+            f"n={n} sequential, gRPC client as Envoy",
+        )
+    ]
+
+
+async def via_envoy(pods: list[str], extproc_port: int, n: int) -> list[Row]:
+    from cluster_gateway.extproc.envoy_config import envoy_bootstrap
+
+    envoy = Path(sys.executable).parent / "envoy"
+    binary = str(envoy) if envoy.exists() else shutil.which("envoy")
+    if binary is None:
+        return [Row("ext_proc", "via Envoy + picker", math.nan, math.nan, "skipped: envoy binary not found")]
+    listen, admin = free_port(), free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = Path(tmp) / "envoy.json"
+        cfg.write_text(
+            json.dumps(envoy_bootstrap(listen_port=listen, extproc_port=extproc_port, admin_port=admin))
+        )
+        proc = subprocess.Popen(  # noqa: ASYNC220  (spawn only; nothing here waits on it)
+            [binary, "-c", str(cfg), "--concurrency", "1", "--disable-hot-restart", "--log-level", "error"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            async with httpx.AsyncClient(timeout=30) as c:
+                for _ in range(200):
+                    with contextlib.suppress(httpx.HTTPError):
+                        if (await c.get(f"http://127.0.0.1:{admin}/ready")).status_code == 200:
+                            break
+                    await asyncio.sleep(0.05)
+                url = f"http://127.0.0.1:{listen}"
+                rows = []
+                for stream in (False, True):
+                    for _ in range(20):
+                        await timed_request(c, url, stream)
+                    direct, via = [], []
+                    for i in range(n):
+                        direct.append(await timed_request(c, pods[i % len(pods)], stream))
+                        via.append(await timed_request(c, url, stream))
+                    label = "streaming TTFB" if stream else "non-streaming"
+                    rows.append(
+                        Row(
+                            "ext_proc",
+                            f"{label}: ADDED by Envoy + picker",
+                            (pct(via, 50) - pct(direct, 50)) * 1e3,
+                            (pct(via, 99) - pct(direct, 99)) * 1e3,
+                            f"n={n}; via Envoy p50 {pct(via, 50) * 1e3:.2f} ms",
+                        )
+                    )
+                return rows
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+async def frameworks(n: int) -> list[Row]:
+    """The same tiny JSON POST endpoint as a bare ASGI app and on litestar, on uvicorn."""
+    import uvicorn
+    from litestar import Litestar, post
+
+    reply = json.dumps({"ok": True}).encode()
+
+    async def bare(
+        scope: dict[str, Any],
+        receive: Callable[[], Awaitable[dict[str, Any]]],
+        send: Callable[[dict[str, Any]], Awaitable[None]],
+    ) -> None:
+        if scope["type"] != "http":
+            return
+        more = True
+        while more:
+            more = (await receive()).get("more_body", False)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(reply)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": reply})
+
+    @post("/v1/chat/completions", status_code=200)
+    async def handler(data: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True}
+
+    apps: list[tuple[str, Any]] = [("bare ASGI", bare), ("litestar", Litestar([handler]))]
+    rows = []
+    for name, app in apps:
+        port = free_port()
+        server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off")
+        )
+        task = asyncio.create_task(server.serve())
+        while not server.started:  # noqa: ASYNC110  (uvicorn exposes a flag, not an event)
+            await asyncio.sleep(0.01)
+        async with httpx.AsyncClient(timeout=10) as c:
+            url = f"http://127.0.0.1:{port}/v1/chat/completions"
+            for _ in range(50):
+                await c.post(url, json=body())
+            lat = []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                (await c.post(url, json=body())).raise_for_status()
+                lat.append(time.perf_counter() - t0)
+        server.should_exit = True
+        await task
+        rows.append(
+            Row(
+                "framework",
+                f"{name}: JSON POST round trip",
+                pct(lat, 50) * 1e3,
+                pct(lat, 99) * 1e3,
+                f"n={n}, client and server in one process",
+            )
+        )
+    return rows
+
+
+def table(rows: Sequence[Row]) -> str:
+    lines = ["| section | measurement | p50 ms | p99 ms | notes |", "| --- | --- | ---: | ---: | --- |"]
+    for r in rows:
+        lines.append(f"| {r.section} | {r.what} | {r.p50_ms:.2f} | {r.p99_ms:.2f} | {r.note} |")
+    return "\n".join(lines)
+
+
+async def run(quick: bool) -> list[Row]:
+    n = 150 if quick else 600
+    seconds = 2.0 if quick else 6.0
+    rows: list[Row] = []
+    with processes(pods=4) as (pods, gw, extproc_port, gw_pid):
+        async with httpx.AsyncClient(timeout=5) as c:
+            for _ in range(200):
+                with contextlib.suppress(httpx.HTTPError):
+                    r = await c.get(gw + "/ready")
+                    if r.status_code == 200 and r.json()["readyPods"] == len(pods):
+                        break
+                await asyncio.sleep(0.05)
+        rows += await added_latency(pods, gw, n)
+        rows += await throughput(pods, gw, gw_pid, concurrency=32, seconds=seconds)
+        rows += await extproc_pick(extproc_port, n)
+        rows += await via_envoy(pods, extproc_port, n // 2)
+    rows += await frameworks(n)
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.proxy_overhead", description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer requests and shorter load (CI smoke)")
+    args = ap.parse_args(argv)
+    rows = asyncio.run(run(args.quick))
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -252,6 +252,7 @@ class RedisFleetView:
         self._channel = f"{prefix}fleet"
         self._drains_key = f"{prefix}drains"
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
         self._redis_ok = True
 
     # --- readers (no I/O) ----------------------------------------------------
@@ -285,6 +286,7 @@ class RedisFleetView:
                     await pipe.execute()
             self._mark_ok()
         except Exception as exc:  # any Redis failure: keep serving from the local cache
+            _reraise_if_cancelled()
             self._mark_failed("publish", exc)
 
     async def set_router_drain(self, cluster_id: str, drain: bool) -> None:
@@ -301,6 +303,7 @@ class RedisFleetView:
                     await pipe.execute()
             self._mark_ok()
         except Exception as exc:
+            _reraise_if_cancelled()
             self._mark_failed("set_router_drain", exc)
             raise FleetViewError(f"cannot record drain of cluster {cluster_id!r}: {exc}") from exc
         self._cache.set_drain(cluster_id, drain)
@@ -316,12 +319,16 @@ class RedisFleetView:
         ]
 
     async def stop(self) -> None:
+        self._stopping = True
         tasks, self._tasks = self._tasks, []
         for t in tasks:
             t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        if tasks:
+            # redis-py can swallow a cancellation that lands inside a timed-out command; the
+            # loops also check `_stopping`, and stop() never waits forever.
+            _, pending = await asyncio.wait(tasks, timeout=3.0)
+            if pending:
+                log.warning("fleet view: %d background task(s) did not stop in time", len(pending))
 
     # --- convergence -------------------------------------------------------------
     async def rescan(self) -> bool:
@@ -333,6 +340,7 @@ class RedisFleetView:
                 values = await self._redis.mget(keys) if keys else []
                 drains_raw = await self._redis.hkeys(self._drains_key)
         except Exception as exc:
+            _reraise_if_cancelled()
             self._mark_failed("rescan", exc)
             self._cache.prune(now)
             return False
@@ -356,26 +364,28 @@ class RedisFleetView:
         return True
 
     async def _rescan_loop(self) -> None:
-        while True:
+        while not self._stopping:
             await asyncio.sleep(self._rescan_s)
-            await self.rescan()
+            if not self._stopping:
+                await self.rescan()
 
     async def _subscribe_loop(self) -> None:
         backoff = 0.1
-        while True:
+        while not self._stopping:
             pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(self._channel)
                 if backoff > 0.1:  # re-subscribed after a failure: pick up what was missed
                     await self.rescan()
                 backoff = 0.1
-                while True:
+                while not self._stopping:
                     msg = await pubsub.get_message(timeout=1.0)
                     if msg is not None and msg.get("type") == "message":
                         self._apply_notice(msg["data"])
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                _reraise_if_cancelled()
                 self._mark_failed("subscribe", exc)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
@@ -404,6 +414,13 @@ class RedisFleetView:
         if not self._redis_ok:
             log.info("fleet view: Redis reachable again")
         self._redis_ok = True
+
+
+def _reraise_if_cancelled() -> None:
+    """A timeout wrapper can turn our task's cancellation into a TimeoutError; honour it anyway."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 def _text(value: bytes | str) -> str:

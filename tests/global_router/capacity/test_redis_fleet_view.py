@@ -14,6 +14,8 @@ from pathlib import Path
 import grpc
 import pytest
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from common.proto.fleetgate.v1 import capacity_pb2_grpc
 from global_router.fleet_view import ClusterState, FleetViewError, RedisFleetView, state_from_report
@@ -27,7 +29,14 @@ def state(cluster_id: str = "c-a", seq: int = 1) -> ClusterState:
 
 @contextlib.asynccontextmanager
 async def view(url: str, *, ttl_s: float = 5.0, rescan_s: float = 0.2) -> AsyncIterator[RedisFleetView]:
-    client = aioredis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
+    # as the router builds it: short timeouts, no client-side retries
+    client = aioredis.Redis.from_url(
+        url,
+        socket_timeout=0.25,
+        socket_connect_timeout=0.25,
+        retry=Retry(NoBackoff(), 0),
+        health_check_interval=0,
+    )
     v = RedisFleetView(client, prefix="test:", ttl_s=ttl_s, rescan_interval_s=rescan_s, op_timeout_s=0.5)
     await v.start()
     try:

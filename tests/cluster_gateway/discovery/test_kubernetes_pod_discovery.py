@@ -287,3 +287,19 @@ async def test_repeated_gone_backs_off_instead_of_spinning(
         assert _names(pool) == {"a"}, "the listed state keeps serving"
         relists = len(apiserver.list_requests())
     assert 3 <= relists <= 40, f"{relists} relists in 1s"
+
+
+async def test_watch_error_event_resumes_without_relisting(
+    apiserver: FakeApiServer, api_client: client.ApiClient
+) -> None:
+    apiserver.put_pod(make_pod("a", "10.0.0.1", labels=APP))
+    pool = EndpointPool()
+    async with running(_selector_source(api_client), pool):
+        await eventually(lambda: apiserver.open_watches == 1, 2.0, "watch start")
+        rv = apiserver.rv
+        assert apiserver.watch_error(500) == 1  # e.g. "etcdserver: leader changed"
+        await eventually(lambda: len(apiserver.watch_requests()) == 2, 2.0, "watch reopened")
+        assert apiserver.watch_requests()[1].query["resourceVersion"] == str(rv)
+        apiserver.put_pod(make_pod("b", "10.0.0.2", labels=APP))
+        await eventually(lambda: _names(pool) == {"a", "b"}, 1.0, "events flow again")
+        assert len(apiserver.list_requests()) == 1

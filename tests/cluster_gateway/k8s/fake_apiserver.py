@@ -217,6 +217,13 @@ class FakeApiServer:
         for w in self._watchers:
             w.queue.put_nowait(("BOOKMARK", {"kind": "", "metadata": {"resourceVersion": str(self.rv)}}))
 
+    def watch_error(self, code: int, reason: str = "InternalError") -> int:
+        """Send an ERROR event (a Status with `code`) on every open watch, then end it."""
+        for w in self._watchers:
+            w.queue.put_nowait(("ERROR", _status(code, reason, f"injected watch error {code}")))
+            w.queue.put_nowait(_DROP_CLEAN)
+        return len(self._watchers)
+
     def drop_watches(self, *, abrupt: bool = True) -> int:
         """End every open watch: abruptly (connection cut mid-stream) or cleanly (server timeout)."""
         for w in self._watchers:

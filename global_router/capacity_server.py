@@ -29,6 +29,7 @@ from global_router.fleet_view import FleetView, state_from_report
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "fleetgate.v1.CapacityService"
+MAX_STREAMS_PER_CLUSTER = 16  # one per gateway replica is normal; more means a leak or abuse
 
 
 class CapacityMetrics:
@@ -97,6 +98,18 @@ class _Servicer(capacity_pb2_grpc.CapacityServiceServicer):
             owner.metrics.reports.labels("unauthenticated").inc()
             log.warning("capacity: refused a stream from %s: %s", context.peer(), exc)
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+            return
+        if owner._streams[cluster_id] >= MAX_STREAMS_PER_CLUSTER:
+            owner.metrics.reports.labels("too_many_streams").inc()
+            log.warning(
+                "capacity: cluster %r already has %d open streams; refused one",
+                cluster_id,
+                MAX_STREAMS_PER_CLUSTER,
+            )
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"cluster {cluster_id!r} already has {MAX_STREAMS_PER_CLUSTER} open report streams",
+            )
             return
         owner._streams[cluster_id] += 1
         owner.metrics.streams.inc()

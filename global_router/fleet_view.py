@@ -336,7 +336,8 @@ class RedisFleetView:
         now = time.time()
         try:
             async with asyncio.timeout(max(self._op_timeout_s, 2.0)):
-                keys = [k async for k in self._redis.scan_iter(match=f"{self._key('')}*", count=500)]
+                pattern = _glob_escape(self._key("")) + "*"
+                keys = [k async for k in self._redis.scan_iter(match=pattern, count=500)]
                 values = await self._redis.mget(keys) if keys else []
                 drains_raw = await self._redis.hkeys(self._drains_key)
         except Exception as exc:
@@ -421,6 +422,11 @@ def _reraise_if_cancelled() -> None:
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError
+
+
+def _glob_escape(text: str) -> str:
+    """A literal for Redis MATCH patterns (a key prefix may contain glob characters)."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 def _text(value: bytes | str) -> str:

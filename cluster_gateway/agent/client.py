@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import time
 from collections.abc import Callable
@@ -115,6 +116,10 @@ class CapacityAgent:
             log.warning(
                 "capacity agent: gateway URL %s is a wildcard address the router cannot reach; set publicUrl",
                 url,
+            )
+        if not self.link.tls and not _is_loopback(self.link.address):
+            log.warning(
+                "capacity agent: globalRouter.tls is off, so the agent token crosses the network in clear"
             )
         log.info(
             "capacity agent for cluster %r reporting to %s (%s)",
@@ -283,6 +288,16 @@ class CapacityAgent:
         self._note_error(str(exc) if exc else "unknown error", code)
         wait = state.next_action.sleep if state.next_action is not None else 0.0
         log.debug("capacity agent: reconnecting in %.2fs (attempt %d)", wait, state.attempt_number)
+
+
+def _is_loopback(address: str) -> bool:
+    host = address.rsplit(":", 1)[0].strip("[]") if ":" in address else address
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _read_ca(path: str) -> bytes:

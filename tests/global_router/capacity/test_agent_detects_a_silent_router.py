@@ -1,0 +1,67 @@
+"""A router that accepts the stream but never answers (half-open, wedged) is treated as lost."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import grpc
+
+from common.proto.fleetgate.v1 import capacity_pb2, capacity_pb2_grpc
+from global_router.capacity_server import MAX_STREAMS_PER_CLUSTER
+from tests.global_router.capacity.helpers import TOKEN_A, running_agent, running_server, sample_pool, wait_for
+
+
+class _MuteRouter(capacity_pb2_grpc.CapacityServiceServicer):
+    """Reads reports and never replies."""
+
+    def __init__(self) -> None:
+        self.streams = 0
+
+    async def Report(  # type: ignore[override]
+        self, request_iterator: AsyncIterator[capacity_pb2.CapacityReport], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[capacity_pb2.Directive]:
+        self.streams += 1
+        async for _ in request_iterator:
+            pass
+        if False:  # an async generator that yields nothing
+            yield capacity_pb2.Directive()
+
+
+async def test_agent_reopens_a_stream_that_gets_no_directives() -> None:
+    mute = _MuteRouter()
+    server = grpc.aio.server()
+    capacity_pb2_grpc.add_CapacityServiceServicer_to_server(mute, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with running_agent(port, sample_pool(), silence_timeout_s=0.3) as agent:
+            await wait_for(lambda: mute.streams >= 2, within=5.0, what="a second stream after silence")
+            assert not agent.connected
+            assert "no directive" in (agent.last_error or "")
+    finally:
+        await server.stop(0)
+
+
+async def test_streams_per_cluster_are_capped() -> None:
+    async with running_server() as (server, port, _):
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            stub = capacity_pb2_grpc.CapacityServiceStub(ch)
+            calls = []
+            for i in range(MAX_STREAMS_PER_CLUSTER):
+                call = stub.Report(metadata=(("authorization", f"Bearer {TOKEN_A}"),), timeout=10)
+                await call.write(
+                    capacity_pb2.CapacityReport(cluster_id="c-a", gateway_url="http://g:1", sequence=i + 1)
+                )
+                await call.read()
+                calls.append(call)
+            extra = stub.Report(metadata=(("authorization", f"Bearer {TOKEN_A}"),), timeout=10)
+            try:
+                await extra.read()
+                raise AssertionError("the stream over the cap was accepted")
+            except grpc.aio.AioRpcError as exc:
+                assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert server.connected_clusters() == ["c-a"]
+            for call in calls:
+                call.cancel()
+        await asyncio.sleep(0)

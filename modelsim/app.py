@@ -189,6 +189,11 @@ class SimApp:
             [(b"content-type", b"text/plain; charset=utf-8")],
         )
 
+    async def reset_prefix_cache(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """vLLM's POST /reset_prefix_cache: drop every cached block no request holds."""
+        self.pod.engine.kv.reset_prefix_cache()
+        await _send_body(send, 200, b"", [])
+
     # -- admin ----------------------------------------------------------------------------------
     async def admin_faults(self, scope: Scope, receive: Receive, send: Send) -> None:
         body = _json_object(await read_body(receive), "faults")
@@ -354,6 +359,7 @@ ROUTES: dict[str, tuple[str, Handler]] = {
     CHAT_PATH: ("POST", SimApp.chat),
     "/v1/load_lora_adapter": ("POST", SimApp.load_lora),
     "/v1/unload_lora_adapter": ("POST", SimApp.unload_lora),
+    "/reset_prefix_cache": ("POST", SimApp.reset_prefix_cache),
     "/admin/faults": ("POST", SimApp.admin_faults),
     "/admin/state": ("GET", SimApp.admin_state),
 }

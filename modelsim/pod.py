@@ -86,6 +86,7 @@ class SimPod:
             ws="none",
             log_level="warning",
             access_log=False,
+            proxy_headers=False,
             server_header=False,
             date_header=False,
             timeout_keep_alive=30,

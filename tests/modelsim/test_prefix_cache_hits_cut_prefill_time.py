@@ -45,3 +45,12 @@ async def test_eviction_takes_the_unreferenced_tail_blocks_first() -> None:
     assert again_b.usage["prompt_tokens_details"] == {"cached_tokens": 592}  # all full blocks but the last
     assert again_a.usage["prompt_tokens_details"] == {"cached_tokens": 26 * 16}
     assert kv.evictions > 0
+
+
+async def test_reset_prefix_cache_forgets_unreferenced_blocks() -> None:
+    async with SimFleet([PodSpec(profile="tiny")]) as fleet, httpx.AsyncClient(base_url=fleet.urls[0]) as c:
+        p = distinct_prompt(3, 200)
+        await stream_completion(c, p, 1)
+        assert (await c.post("/reset_prefix_cache")).status_code == 200
+        again = await stream_completion(c, p, 1)
+    assert again.usage is not None and again.usage["prompt_tokens_details"] == {"cached_tokens": 0}

@@ -144,7 +144,7 @@ class SimApp:
         faults = self.pod.faults
         if faults.mode == "stale":
             if faults.frozen_metrics is None:
-                faults.frozen_metrics = self.pod.exporter.render()
+                faults.frozen_metrics = self.pod.exporter.last or self.pod.exporter.render()
             body = faults.frozen_metrics
         else:
             body = self.pod.exporter.render()

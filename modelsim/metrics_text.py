@@ -297,6 +297,8 @@ class MetricsExporter:
         self.format = metrics_format
         self._fast, self._slow = FORMATS[metrics_format]
         self._cache = _Cached()
+        self.last: str | None = None  # the body of the last scrape (what `stale` keeps serving)
 
     def render(self) -> str:
-        return self._fast(self.engine) + self._cache.get(self.engine, self._slow)
+        self.last = self._fast(self.engine) + self._cache.get(self.engine, self._slow)
+        return self.last

@@ -151,6 +151,8 @@ class SimPod:
         self.faults.apply(values, on_expire=self._expire_fault)
         mode = self.faults.mode
         self.engine.slow_factor = self.faults.factor if mode == "slow" else 1.0
+        if mode == "stale" and self.faults.frozen_metrics is None:
+            self.faults.frozen_metrics = self.exporter.last or self.exporter.render()
         if mode == "crash" and prev != "crash":
             self._stop_listening()
             self.engine.reset()

@@ -64,10 +64,11 @@ async def test_error_rates_are_honoured(client: httpx.AsyncClient, mode: str, st
 
 
 async def test_stale_metrics_freeze_the_last_body(client: httpx.AsyncClient, tiny_fleet: SimFleet) -> None:
+    last = (await client.get("/metrics")).text
     await client.post("/admin/faults", json={"mode": "stale"})
-    frozen = (await client.get("/metrics")).text
     await client.post("/v1/completions", json={**REQ, "max_tokens": 5})
-    assert (await client.get("/metrics")).text == frozen
+    assert (await client.get("/metrics")).text == last  # the body of the last scrape before the fault
+    assert (await client.get("/metrics")).text == last
     assert tiny_fleet.pods[0].engine.stats.generation_tokens_total == 5
     await client.post("/admin/faults", json={"mode": "none"})
     assert metric((await client.get("/metrics")).text, "vllm:generation_tokens_total") == 5

@@ -18,8 +18,8 @@ async def test_base_port_gives_consecutive_ports() -> None:
     fleet = SimFleet([PodSpec(profile="tiny"), PodSpec(profile="tiny")], base_port=base)
     try:
         await fleet.start()
-    except OSError:
-        pytest.skip("the neighbouring port was taken meanwhile")
+    except OSError as exc:
+        pytest.skip(f"the neighbouring port was taken meanwhile: {exc}")
     try:
         assert [p.port for p in fleet.pods] == [base, base + 1]
         assert fleet.urls == [f"http://127.0.0.1:{base}", f"http://127.0.0.1:{base + 1}"]

@@ -48,7 +48,7 @@ class ServiceModel:
     decode_tokens_per_s: float = 40.0  # per running sequence
     mean_output_tokens: float = 200.0
     default_concurrency: int = 16  # idle pods and engines without a KV gauge (TGI)
-    max_concurrency: int = 1024  # clamp for the KV-derived estimate
+    max_concurrency: int = 256  # clamp for the KV-derived estimate (vLLM's default max_num_seqs)
 
     @property
     def service_s(self) -> float:

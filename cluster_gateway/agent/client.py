@@ -3,7 +3,8 @@
 One bidirectional stream at a time. A report goes out on connect, then every report interval (the
 router's `report_interval_ms` directive overrides the configured one) and early when the pool
 changes in a way Tier 2 acts on (a pod turns ready/stale, saturation flips, served models change),
-checked every `check_interval_s`. A lost stream is reopened with exponential backoff and jitter;
+checked every `check_interval_s`, at most one early report per `min_early_gap_s` (so a pod
+flapping around a threshold costs at most 4 reports a second). A lost stream is reopened with exponential backoff and jitter;
 a stream that stays silent (no directive) for several intervals counts as lost (half-open TCP).
 """
 
@@ -73,6 +74,7 @@ class CapacityAgent:
         saturation: Saturation | None = None,
         service: ServiceModel = DEFAULT_SERVICE,
         check_interval_s: float = 0.1,
+        min_early_gap_s: float = 0.25,
         backoff_initial_s: float = 0.2,
         backoff_max_s: float = 5.0,
         silence_timeout_s: float | None = None,
@@ -89,6 +91,7 @@ class CapacityAgent:
         self.saturation = saturation if saturation is not None else default_saturation(spec)
         self.service = service
         self.check_interval_s = check_interval_s
+        self.min_early_gap_s = min_early_gap_s
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self._silence_timeout_s = silence_timeout_s
@@ -250,7 +253,8 @@ class CapacityAgent:
             if now - self._last_directive_at > silence:
                 raise StreamLost(f"no directive from the router for {silence:.1f}s", established=False)
             signature = significant_state(self.pool, self.saturation, max_staleness_s, now)
-            changed = signature != self._last_signature
+            # a pod flapping around a threshold must not turn into a report every check
+            changed = signature != self._last_signature and now - sent_at >= self.min_early_gap_s
             if changed or now - sent_at >= self.interval_s:
                 if changed and now - sent_at < self.interval_s:
                     self.early_reports += 1

@@ -112,3 +112,20 @@ async def test_health_service_reports_serving() -> None:
         for service in ("", SERVICE_NAME):
             resp = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
             assert resp.status == health_pb2.HealthCheckResponse.SERVING
+
+
+async def test_a_flapping_pod_does_not_flood_the_router_with_reports() -> None:
+    pool = sample_pool()
+    async with (
+        running_server(interval_ms=30_000) as (_, port, fleet),
+        running_agent(port, pool, interval_ms=30_000, check_interval_s=0.02, min_early_gap_s=0.25) as agent,
+    ):
+        await wait_for(lambda: fleet.get("c-a") is not None, what="first report")
+        before = agent.reports_sent
+        t0 = time.monotonic()
+        for i in range(40):  # saturation flips every 25 ms for ~1 s
+            add_pod(pool, "p2", models={"llama"}, waiting=9 if i % 2 else 0, running=3, kv=0.3)
+            await asyncio.sleep(0.025)
+        elapsed = time.monotonic() - t0
+        sent = agent.reports_sent - before
+        assert 1 <= sent <= elapsed / 0.25 + 2

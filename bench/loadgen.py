@@ -41,6 +41,28 @@ def _usage_tokens(payload: bytes) -> int | None:
     return None
 
 
+async def _unary(
+    client: httpx.AsyncClient, url: str, req: TraceRequest, headers: Mapping[str, str], start: float
+) -> Result:
+    try:
+        resp = await client.post(url, json=req.body(), headers=dict(headers))
+    except httpx.HTTPError as exc:
+        return Result(
+            req.at_s,
+            req.kind,
+            req.model,
+            0,
+            None,
+            time.perf_counter() - start,
+            0,
+            f"{type(exc).__name__}: {exc}"[:200],
+        )
+    e2e = time.perf_counter() - start
+    if resp.status_code != 200:
+        return Result(req.at_s, req.kind, req.model, resp.status_code, None, e2e, 0, resp.text[:200])
+    return Result(req.at_s, req.kind, req.model, 200, None, e2e, _usage_tokens(resp.content) or 0)
+
+
 async def one_request(
     client: httpx.AsyncClient, url: str, req: TraceRequest, headers: Mapping[str, str], t0: float
 ) -> Result:
@@ -48,8 +70,10 @@ async def one_request(
     ttft: float | None = None
     tokens = 0
     usage_tokens: int | None = None
+    if not req.stream:
+        return await _unary(client, url, req, headers, start)
     try:
-        async with client.stream("POST", url, json=req.body(stream=True), headers=dict(headers)) as resp:
+        async with client.stream("POST", url, json=req.body(), headers=dict(headers)) as resp:
             if resp.status_code != 200:
                 body = await resp.aread()
                 return Result(

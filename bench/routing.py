@@ -232,11 +232,14 @@ async def _sample_pods(pod_urls: list[str], run: PolicyRun, stop: asyncio.Event,
 def _progress(policy: str) -> Callable[[int, int], None]:
     last = [0.0]
 
+    tty = sys.stderr.isatty()
+
     def show(done: int, total: int) -> None:
         now = time.monotonic()
-        if now - last[0] > 2 or done == total:
+        if now - last[0] > (1 if tty else 10) or done == total:
             last[0] = now
-            print(f"\r  {policy:<22} {done:>5}/{total} requests done", end="", file=sys.stderr, flush=True)
+            end = "" if tty and done < total else "\n"
+            print(f"\r  {policy:<22} {done:>5}/{total} requests done", end=end, file=sys.stderr, flush=True)
 
     return show
 
@@ -276,7 +279,6 @@ def run_policy(policy: str, setup: Setup, trace_reqs: list[TraceRequest], workdi
                 return run
 
             run = asyncio.run(go())
-            print(file=sys.stderr)
     per_pod_busy = [sum(v for _, v in series) / max(1, len(series)) for series in run.load.values()]
     run.summary = summarise(policy, run.results, run.wall_s, coefficient_of_variation(per_pod_busy))
     return run
@@ -378,7 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--pods", type=int, default=8)
     ap.add_argument("--duration", type=float, help="trace length in seconds")
     ap.add_argument("--rps", type=float, help="base arrival rate")
-    ap.add_argument("--time-scale", type=float, default=4.0)
+    ap.add_argument("--time-scale", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args(argv)
@@ -407,7 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         burst_factor=4.0,
         long_fraction=0.25,
         chat_output=(40, 160),
-        long_output=(500, 1000),
+        long_output=(200, 500),
         system_prompts=6,
         system_prompt_tokens=1200,
         user_tokens=(50, 400),

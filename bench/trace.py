@@ -15,15 +15,16 @@ class TraceRequest:
     messages: tuple[tuple[str, str], ...]
     max_tokens: int
     system_id: int  # which shared system prompt (-1: none)
+    stream: bool = True  # chats stream (TTFT is what users feel); long batch generations need not
 
-    def body(self, *, stream: bool = True) -> dict[str, object]:
+    def body(self) -> dict[str, object]:
         body: dict[str, object] = {
             "model": self.model,
             "messages": [{"role": r, "content": c} for r, c in self.messages],
             "max_tokens": self.max_tokens,
-            "stream": stream,
+            "stream": self.stream,
         }
-        if stream:
+        if self.stream:
             body["stream_options"] = {"include_usage": True}
         return body
 
@@ -44,6 +45,7 @@ class TraceSpec:
     base_model: str = "meta-llama/Llama-3.1-8B-Instruct"
     adapters: tuple[str, ...] = ()
     adapter_fraction: float = 0.0
+    stream_long: bool = False  # long generations as non-streaming batch calls
     seed: int = 7
     extra: dict[str, float] = field(default_factory=dict)
 
@@ -128,6 +130,7 @@ def generate(spec: TraceSpec) -> list[TraceRequest]:
                 messages=tuple(msgs),
                 max_tokens=rng.randint(lo, hi),
                 system_id=sid,
+                stream=not long or spec.stream_long,
             )
         )
     return out

@@ -230,8 +230,8 @@ class SimApp:
         raw = await read_body(receive)
         self._check_faults()
         parsed = parse_request(raw, CHAT_PATH if chat else COMPLETIONS_PATH)
-        n = parsed.body.get("n", 1)
-        if n != 1:
+        n = parsed.body.get("n")
+        if n is not None and n != 1:
             raise bad_request("The simulator supports only n=1", param="n")
         eng = self.pod.engine
         lora = eng.resolve_model(parsed.model)

@@ -121,8 +121,8 @@ async def wait_for(cond: Callable[[], bool], within_s: float = 10.0, what: str =
         await asyncio.sleep(0.05)
 
 
-def fresh_ready(router: GlobalRouter, cluster_ids: list[str]) -> Callable[[], bool]:
-    """All named clusters reported fresh with ready pods serving MODEL, as this replica sees it."""
+def fresh_ready(router: GlobalRouter, cluster_ids: list[str], min_pods: int = 1) -> Callable[[], bool]:
+    """All named clusters reported fresh with `min_pods` ready pods serving MODEL, as this replica sees it."""
 
     def check() -> bool:
         now = time.time()
@@ -131,7 +131,7 @@ def fresh_ready(router: GlobalRouter, cluster_ids: list[str]) -> Callable[[], bo
             for c in router.fleet.snapshot()
             if router.selector.is_fresh(c, now)
             and (m := c.models.get(MODEL)) is not None
-            and m.ready_pods > 0
+            and m.ready_pods >= min_pods
         }
         return set(cluster_ids) <= seen
 

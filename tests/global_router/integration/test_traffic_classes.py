@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -23,28 +24,57 @@ from tests.global_router.integration.fleet_harness import (
 pytestmark = pytest.mark.timeout(90)
 
 
-async def test_batch_prefers_cheap_spot_and_interactive_prefers_fast_capacity(tmp_path: Path) -> None:
+async def test_batch_fills_cheap_spot_while_interactive_keeps_its_ttft_target(tmp_path: Path) -> None:
     router = await start_router(router_config(["cheap", "premium"]))
-    cheap = await start_cluster("cheap", tmp_path, router.grpc_port, pods=1, cost=0.9, capacity_type="spot")
+    # one slow spot pod vs three fast on-demand pods at four times the price
+    cheap = await start_cluster(
+        "cheap", tmp_path, router.grpc_port, pods=1, cost=0.9, capacity_type="spot", time_scale=4
+    )
     premium = await start_cluster("premium", tmp_path, router.grpc_port, pods=3, cost=4.0)
     try:
         await wait_for(fresh_ready(router, ["cheap", "premium"]), within_s=15, what="both clusters")
-        body = {"model": MODEL, "messages": [{"role": "user", "content": "summarise"}], "max_tokens": 8}
-        served: dict[str, Counter[str]] = {"batch": Counter(), "interactive": Counter()}
-        async with httpx.AsyncClient(timeout=30) as client:
+        await wait_for(fresh_ready(router, ["premium"], min_pods=3), within_s=15, what="all premium pods")
+        batch_body = {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "summarise " * 20}],
+            "max_tokens": 48,
+        }
+        chat_body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+        batch: Counter[str] = Counter()
+        interactive: Counter[str] = Counter()
+        cheap_ttft: list[float] = []
+        async with httpx.AsyncClient(timeout=60) as client:
 
-            async def one(cls: str, key: str) -> None:
+            async def send(body: dict, key: str) -> str:
                 r = await client.post(
                     f"{router.url}/v1/chat/completions", json=body, headers={"authorization": f"Bearer {key}"}
                 )
                 assert r.status_code == 200, r.text
-                served[cls][r.headers["x-fleetgate-cluster"]] += 1
+                return r.headers["x-fleetgate-cluster"]
 
-            for _ in range(4):  # sequential waves: each sees fresh reports
-                await asyncio.gather(*(one("batch", BATCH_KEY) for _ in range(3)))
-                await asyncio.gather(*(one("interactive", KEY) for _ in range(3)))
-        assert served["batch"]["cheap"] >= 9, served
-        assert served["interactive"]["premium"] >= 9, served
+            for _ in range(3):  # idle fleet: batch takes the cheapest capacity
+                batch[await send(chat_body, BATCH_KEY)] += 1
+            assert batch["cheap"] == 3, batch
+
+            stop_at = time.monotonic() + 3.0
+
+            async def batch_worker() -> None:
+                while time.monotonic() < stop_at:
+                    batch[await send(batch_body, BATCH_KEY)] += 1
+
+            async def interactive_user() -> None:
+                await asyncio.sleep(1.0)  # the cheap pod is saturated by now and its reports say so
+                while time.monotonic() < stop_at:
+                    interactive[await send(chat_body, KEY)] += 1
+                    cap = router.fleet.get("cheap")
+                    if cap is not None:
+                        cheap_ttft.append(cap.models[MODEL].est_ttft_ms)
+
+            await asyncio.gather(*(batch_worker() for _ in range(12)), interactive_user())
+        assert batch["cheap"] >= 8, batch
+        assert sum(interactive.values()) >= 3
+        assert interactive["premium"] >= 0.9 * sum(interactive.values()), interactive  # cheap is over target
+        assert max(cheap_ttft) > 800  # the cheap cluster's predicted TTFT: what kept interactive away
     finally:
         await cheap.stop()
         await premium.stop()

@@ -11,6 +11,7 @@ import hashlib
 import hmac
 from collections.abc import Iterable, Sequence
 
+from common.config.loader import ConfigError
 from common.config.router import AgentAuth
 
 BEARER = "bearer "
@@ -45,11 +46,11 @@ class AgentAuthenticator:
         seen: dict[bytes, str] = {}
         for i, agent in enumerate(agents):
             if not agent.cluster_id:
-                raise ValueError(f"capacity.agents[{i}].clusterId: must not be empty")
+                raise ConfigError(f"capacity.agents[{i}].clusterId: must not be empty")
             digest = bytes.fromhex(agent.token_sha256)
             other = seen.get(digest)
             if other is not None and other != agent.cluster_id:
-                raise ValueError(
+                raise ConfigError(
                     f"capacity.agents[{i}].tokenSha256: the same token is already bound to another "
                     "cluster; a token must identify exactly one cluster"
                 )

@@ -21,6 +21,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client import Counter as PromCounter
 
+from common.config.loader import ConfigError
 from common.config.router import CapacityServer as CapacityServerConfig
 from common.proto.fleetgate.v1 import capacity_pb2, capacity_pb2_grpc
 from global_router.agent_auth import AgentAuthenticator, AuthError
@@ -75,11 +76,15 @@ def validate_report(report: capacity_pb2.CapacityReport) -> None:
             raise ReportError(f"models[{i}].saturated_pods exceeds ready_pods")
 
 
-def _read(path: str, field: str) -> bytes:
+def _read_pem(path: str, field: str, marker: bytes) -> bytes:
+    """A PEM file's bytes; gRPC's own error for a bad file is a bare 'failed to bind'."""
     try:
-        return Path(path).read_bytes()
+        data = Path(path).read_bytes()
     except OSError as exc:
-        raise ValueError(f"capacity.{field}: cannot read {path}: {exc.strerror}") from None
+        raise ConfigError(f"capacity.{field}: cannot read {path}: {exc.strerror}") from None
+    if b"-----BEGIN " not in data or marker not in data:
+        raise ConfigError(f"capacity.{field}: {path} is not a PEM file with a {marker.decode()}")
+    return data
 
 
 class _Servicer(capacity_pb2_grpc.CapacityServiceServicer):
@@ -169,7 +174,7 @@ class CapacityServer:
         self.metrics = CapacityMetrics(registry if registry is not None else CollectorRegistry())
         self.auth = AgentAuthenticator(cfg.agents)
         if (cfg.tls_cert_file is None) != (cfg.tls_key_file is None):
-            raise ValueError("capacity.tlsCertFile and capacity.tlsKeyFile must be set together")
+            raise ConfigError("capacity.tlsCertFile and capacity.tlsKeyFile must be set together")
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
         self._streams: Counter[str] = Counter()
@@ -191,15 +196,22 @@ class CapacityServer:
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         host = f"[{self.cfg.host}]" if ":" in self.cfg.host else self.cfg.host
         address = f"{host}:{self.cfg.port}"
+        creds: grpc.ServerCredentials | None = None
         if self.cfg.tls_cert_file is not None and self.cfg.tls_key_file is not None:
             creds = grpc.ssl_server_credentials(
-                [(_read(self.cfg.tls_key_file, "tlsKeyFile"), _read(self.cfg.tls_cert_file, "tlsCertFile"))]
+                [
+                    (
+                        _read_pem(self.cfg.tls_key_file, "tlsKeyFile", b"PRIVATE KEY"),
+                        _read_pem(self.cfg.tls_cert_file, "tlsCertFile", b"CERTIFICATE"),
+                    )
+                ]
             )
-            port = server.add_secure_port(address, creds)
-        else:
-            port = server.add_insecure_port(address)
+        try:
+            port = server.add_secure_port(address, creds) if creds else server.add_insecure_port(address)
+        except RuntimeError as exc:  # grpc reports a port in use (or a key/cert mismatch) this way
+            raise OSError(f"capacity server: cannot listen on {address}: {exc}") from None
         if port == 0:
-            raise OSError(f"capacity server: cannot bind {address}")
+            raise OSError(f"capacity server: cannot listen on {address}")
         await server.start()
         for service in ("", SERVICE_NAME):
             await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)

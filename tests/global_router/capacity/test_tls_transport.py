@@ -76,3 +76,18 @@ async def test_unreadable_server_certificate_fails_start_naming_the_field(tmp_pa
     )
     with pytest.raises(ValueError, match=r"capacity\.tls(Key|Cert)File"):
         await server.start()
+
+
+async def test_a_file_that_is_not_pem_fails_start_naming_the_field(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate")
+    server = CapacityServer(server_config(tls_cert_file=str(junk), tls_key_file=str(junk)), MemoryFleetView())
+    with pytest.raises(ConfigError, match=r"capacity\.tlsKeyFile: .* not a PEM file"):
+        await server.start()
+
+
+async def test_a_port_in_use_is_a_clear_os_error() -> None:
+    async with running_server() as (_, port, _):
+        second = CapacityServer(server_config(port), MemoryFleetView())
+        with pytest.raises(OSError, match=r"cannot listen on 127\.0\.0\.1"):
+            await second.start()

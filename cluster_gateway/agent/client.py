@@ -11,7 +11,6 @@ a stream that stays silent (no directive) for several intervals counts as lost (
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import logging
 import time
@@ -181,15 +180,18 @@ class CapacityAgent:
             reader = asyncio.create_task(self._read_loop(call), name="agent-read")
             writer = asyncio.create_task(self._write_loop(call), name="agent-write")
             try:
-                done, _ = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
-                first = done.pop()
-                exc = first.exception() if not first.cancelled() else None
+                await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
+                errors = [t.exception() for t in (reader, writer) if t.done() and not t.cancelled()]
+                # the reader holds the router's status (e.g. UNAUTHENTICATED); prefer it
+                exc = next((e for e in errors if isinstance(e, grpc.aio.AioRpcError)), None) or (
+                    errors[0] if errors else None
+                )
             finally:
                 for t in (reader, writer):
                     t.cancel()
-                for t in (reader, writer):
-                    with contextlib.suppress(BaseException):
-                        await t
+                # asyncio.wait, not `await t`: it neither raises the loops' errors nor swallows a
+                # cancellation of run() itself
+                await asyncio.wait({reader, writer})
                 call.cancel()
                 self.connected = False
             was_established = self.sessions > established

@@ -24,7 +24,7 @@ from litestar.params import FromPath
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.propagate import extract
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from common.config.router import GlobalRouterConfig
 from common.errors import OpenAIError, error_body
@@ -219,8 +219,12 @@ class CompletionHandler:
                         "headers": _encode_headers(hdrs),
                     }
                 )
-                async for chunk in s.forwarder.stream(delivery, fwd.prompt_tokens):
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                chunks = s.forwarder.stream(delivery, fwd.prompt_tokens)
+                try:
+                    async for chunk in chunks:
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                finally:
+                    await chunks.aclose()
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             state["outcome"] = (
                 delivery.outcome
@@ -254,7 +258,12 @@ class CompletionHandler:
             used = 0
             if delivery is not None:
                 await s.forwarder.close(delivery)
-                used = delivery.used_tokens if delivery.ok else 0
+                if not delivery.ok:
+                    used = 0
+                elif delivery.body is None:  # streamed, maybe cut short by the client: what was generated
+                    used = delivery.usage.total(fwd.prompt_tokens)
+                else:
+                    used = delivery.used_tokens
             await s.limiter.complete(admission, used)
             s.metrics.requests.labels(state["cluster"], traffic_class, state["outcome"]).inc()
 
@@ -316,7 +325,9 @@ def build_app(s: RouterServices) -> Litestar:
     @get("/metrics", sync_to_thread=False)
     def metrics() -> Response[bytes]:
         s.metrics.fresh_clusters.set(sum(1 for c in s.fleet.snapshot() if s.selector.is_fresh(c)))
-        return Response(generate_latest(s.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        # the router's own registry, then the process-wide one (capacity server, process stats)
+        body = generate_latest(s.metrics.registry) + generate_latest(REGISTRY)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     @post("/admin/clusters/{cluster_id:str}/drain", status_code=200)
     async def drain(request: Request[Any, Any, Any], cluster_id: FromPath[str]) -> Response[bytes]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from dataclasses import dataclass, field
 
 import httpx
@@ -22,6 +22,7 @@ from common.config.router import Failover
 from common.errors import OpenAIError, error_body
 from global_router.dispatch_tracker import DispatchTracker
 from global_router.failover import ClusterHealth, RetryBudget
+from global_router.headers import with_trace_context
 from global_router.metrics import OK, STREAM_BROKEN, UPSTREAM_ERROR, RouterMetrics
 from global_router.selection import Candidate
 from global_router.usage import StreamUsage, usage_from_body
@@ -159,7 +160,8 @@ class Forwarder:
                 span.set_attribute("fleetgate.cluster", cid)
                 span.set_attribute("fleetgate.traffic_class", req.traffic_class)
                 try:
-                    request = self._client.build_request("POST", url, content=req.body, headers=req.headers)
+                    sent = with_trace_context(req.headers)  # this attempt's span is the parent
+                    request = self._client.build_request("POST", url, content=req.body, headers=sent)
                     resp = await self._client.send(request, stream=True)
                     status = resp.status_code
                     span.set_attribute("http.response.status_code", status)
@@ -215,7 +217,7 @@ class Forwarder:
         if self._health.record_failure(cid):
             self._metrics.ejections.labels(cid).inc()
 
-    async def stream(self, d: Delivery, prompt_tokens: int) -> AsyncIterator[bytes]:
+    async def stream(self, d: Delivery, prompt_tokens: int) -> AsyncGenerator[bytes, None]:
         """The stream's bytes for the client, first chunk included; a break ends with an SSE error."""
         yield d.first_chunk
         assert d.chunks is not None

@@ -53,16 +53,22 @@ def is_internal(name: str) -> bool:
 
 def upstream_headers(client: Mapping[str, str], tenant: Tenant, profile: str) -> dict[str, str]:
     """Headers for the gateway: the client's minus credentials, hop-by-hop and internal ones,
-    plus the router's routing hints and the W3C trace context of the current span."""
+    plus the router's routing hints (`with_trace_context` adds the trace per attempt)."""
     out = {k: v for k, v in client.items() if k not in _DROP and not is_internal(k)}
     out["accept-encoding"] = "identity"
     out[PROFILE_HEADER] = profile
     if tenant.sheddable:
         out[SHEDDABLE_HEADER] = "true"
     out[FAIRNESS_HEADER] = tenant.name
+    return out
+
+
+def with_trace_context(headers: dict[str, str]) -> dict[str, str]:
+    """A copy carrying the current span as the gateway's parent (the client's context without an SDK)."""
     ours: dict[str, str] = {}
-    inject(ours)  # the router's span becomes the parent of the gateway's (kept as is without an SDK)
-    if "traceparent" in ours:
-        out.pop("tracestate", None)
-        out.update(ours)
+    inject(ours)
+    if "traceparent" not in ours:
+        return headers
+    out = {k: v for k, v in headers.items() if k != "tracestate"}
+    out.update(ours)
     return out

@@ -21,7 +21,7 @@ BATCH_KEY = "sk-test-batch"
 ADMIN_KEY = "admin-secret"
 
 
-def router_config(**overrides: Any) -> GlobalRouterConfig:
+def router_config(*, tenants: list[dict[str, Any]] | None = None, **overrides: Any) -> GlobalRouterConfig:
     data: dict[str, Any] = {
         "tenants": [
             {"name": "acme", "apiKeySha256": [hash_key(KEY)], "requestsPerMinute": 1000},
@@ -38,6 +38,7 @@ def router_config(**overrides: Any) -> GlobalRouterConfig:
                 "tokensPerMinute": 500,
             },
             {"name": "m1-only", "apiKeySha256": [hash_key("sk-m1")], "allowedModels": ["m1"]},
+            *(tenants or []),
         ],
         "adminKeySha256": hash_key(ADMIN_KEY),
         "failover": {"ejectAfterFailures": 2, "ejectBaseS": 5},

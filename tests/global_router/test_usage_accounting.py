@@ -1,0 +1,40 @@
+"""Real usage for reconciling reservations: response `usage`, the streamed usage chunk, or chunk counts."""
+
+from __future__ import annotations
+
+from global_router.ratelimit import reservation_tokens
+from global_router.usage import StreamUsage, usage_from_body
+
+
+def test_reservation_is_prompt_plus_max_tokens_or_default() -> None:
+    assert reservation_tokens(100, 50, 256) == 150
+    assert reservation_tokens(100, None, 256) == 356
+
+
+def test_non_streaming_usage() -> None:
+    assert usage_from_body(b'{"usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}}') == 7
+    assert usage_from_body(b'{"usage": {"prompt_tokens": 3, "completion_tokens": 4}}') == 7
+    assert usage_from_body(b'{"choices": []}') is None
+    assert usage_from_body(b"not json") is None
+
+
+def test_stream_usage_chunk_wins_even_when_split_across_reads() -> None:
+    stream = (
+        b'data: {"choices":[{"delta":{"content":"a"}}],"usage":null}\n\n'
+        b'data: {"choices":[{"delta":{"content":"b"}}],"usage":null}\n\n'
+        b'data: {"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}\n\n'
+        b"data: [DONE]\n\n"
+    )
+    u = StreamUsage()
+    for i in range(0, len(stream), 7):  # arbitrary TCP-ish fragmentation
+        u.feed(stream[i : i + 7])
+    assert u.reported == 12 and u.chunks == 2
+    assert u.total(prompt_tokens=999) == 12
+
+
+def test_stream_without_usage_counts_content_chunks() -> None:
+    u = StreamUsage()
+    u.feed(
+        b'data: {"choices":[{"text":"x"}]}\n\ndata: {"choices":[{"text":"y"}]}\n\n: keepalive\n\ndata: [DONE]\n\n'
+    )
+    assert u.reported is None and u.total(prompt_tokens=5) == 7

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +44,10 @@ from common.proto.fleetgate.v1 import capacity_pb2, capacity_pb2_grpc
 log = logging.getLogger(__name__)
 
 MIN_INTERVAL_S = 0.05
+# host:port, [v6]:port, or a gRPC target with a resolver scheme
+_ADDRESS_RE = re.compile(
+    r"^(?:(?:dns|ipv4|ipv6|unix|unix-abstract|vsock|xds):.+|[^\s/:]+:\d{1,5}|\[[0-9a-fA-F:.]+\]:\d{1,5})$"
+)
 _UNSPECIFIED_HOSTS = ("0.0.0.0", "::", "")
 _DENIED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
@@ -84,6 +89,11 @@ class CapacityAgent:
             raise ConfigError("globalRouter: must be set to run the capacity agent")
         if not token:
             raise ConfigError("globalRouter: the agent token is empty")
+        if not _ADDRESS_RE.match(spec.global_router.address):
+            raise ConfigError(
+                f"globalRouter.address: expected host:port (or a gRPC target such as dns:///host:port), "
+                f"got {spec.global_router.address!r}"
+            )
         self.spec = spec
         self.link = spec.global_router
         self.pool = pool

@@ -7,7 +7,7 @@ steps; the real `Scheduler` routes every arrival, and a scrape copies each pod's
 is simulated, results do not depend on the machine's load; modelsim-based end-to-end benches
 measure the same thing over real HTTP.
 
-    python -m bench.pick_sim [--pods 8] [--seconds 60] [--profiles latency,reference,round-robin,least-inflight]
+    python -m bench.pick_sim [--pods 8] [--seconds 60] [--replicas 1] [--profiles latency,reference,...]
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import random
 import sys
 from collections import OrderedDict, deque
 from collections.abc import Sequence
+from copy import copy
 from dataclasses import dataclass, field
 
 from cluster_gateway.pool import Endpoint, EndpointPool, PodMetrics
@@ -185,17 +186,25 @@ def run(
     seed: int,
     adapter_share: float = 0.2,
     scheduling: Scheduling | None = None,
+    replicas: int = 1,
 ) -> Outcome:
+    """`replicas` gateways share the pods: each has its own pool (in-flight counts, prefix index) fed
+    by the same scrapes, and requests reach them in turn, as behind a Service."""
     reqs = trace(seconds, rate, seed, adapter_share)
-    pool = EndpointPool()
-    pool.set_endpoints(Endpoint(name=f"pod-{i}", address=f"10.0.0.{i}", port=8000) for i in range(n_pods))
-    pods = {p.name: SimPod(p.name) for p in pool.pods()}
-    for name in pods:
-        pool.set_models(name, [MODEL, *ADAPTERS])
+    names = [f"pod-{i}" for i in range(n_pods)]
+    pools = [EndpointPool() for _ in range(replicas)]
+    for pool in pools:
+        pool.set_endpoints(Endpoint(name=n, address=f"10.0.0.{i}", port=8000) for i, n in enumerate(names))
+        for name in names:
+            pool.set_models(name, [MODEL, *ADAPTERS])
+    pods = {name: SimPod(name) for name in names}
     clock = [0.0]
     cfg = scheduling or Scheduling(default_profile=profile)
-    sched = Scheduler(pool, cfg, rng=random.Random(seed), clock=lambda: clock[0])
-    finished: list[SimReq] = []
+    scheds = [
+        Scheduler(pool, cfg, rng=random.Random(seed + k), clock=lambda: clock[0])
+        for k, pool in enumerate(pools)
+    ]
+    owner: dict[int, EndpointPool] = {}
     i = 0
     step = 0
     end = seconds + 30.0
@@ -203,25 +212,28 @@ def run(
         now = clock[0]
         if step % SCRAPE_EVERY == 0:
             for name, sp in pods.items():
-                pool.record_scrape(name, sp.metrics(now))
+                m = sp.metrics(now)
+                for pool in pools:
+                    pool.record_scrape(name, copy(m))
         while i < len(reqs) and reqs[i].arrive <= now:
             r = reqs[i]
+            k = i % replicas
             i += 1
             lr = LLMRequest(
                 model=r.model, prompt_text=r.prompt, max_tokens=r.out_tokens, stream=True, profile=None
             )
-            res = sched.schedule(lr)
+            res = scheds[k].schedule(lr)
             pod = res.pods[0]
-            pool.acquire(pod.name)
-            sched.on_dispatch(lr, pod)
+            pools[k].acquire(pod.name)
+            scheds[k].on_dispatch(lr, pod)
+            owner[id(r)] = pools[k]
             r.hashes = block_hashes(r.prompt, BLOCK_CHARS, 256)
             r.decode_left = float(r.out_tokens)
             r.pod = pod.name
             pods[pod.name].waiting.append(r)
         for name, sp in pods.items():
             for r in sp.step(now):
-                pool.release(name)
-                finished.append(r)
+                owner.pop(id(r)).release(name)
         step += 1
         clock[0] = step * STEP_S
     ttfts = sorted((r.first_token or end) - r.arrive for r in reqs)
@@ -245,12 +257,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--profiles", default="latency,reference,least-inflight,round-robin")
     ap.add_argument("--adapter-share", type=float, default=0.2, help="share of requests for LoRA adapters")
+    ap.add_argument("--replicas", type=int, default=1, help="gateway replicas sharing the pods")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args(argv)
     print("| profile | requests | TTFT p50 ms | p90 ms | p99 ms | mean ms |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for prof in args.profiles.split(","):
-        o = run(prof, args.pods, args.seconds, args.rate, args.seed, args.adapter_share)
+        o = run(
+            prof, args.pods, args.seconds, args.rate, args.seed, args.adapter_share, replicas=args.replicas
+        )
         print(
             f"| {o.profile} | {o.n} | {o.p50 * 1000:.0f} | {o.p90 * 1000:.0f} | {o.p99 * 1000:.0f} "
             f"| {o.mean * 1000:.0f} |"

@@ -8,6 +8,10 @@ just loaded it avoids loading it on a second pod and evicting something there.
 
 from __future__ import annotations
 
+from cluster_gateway.pool import PodState
+
+EVIDENCE_TTL_S = 0.05  # how long a "is this model an adapter?" verdict is reused
+
 
 class AdapterMemory:
     """pod → adapter → monotonic time of the last dispatch; entries expire after `ttl_s`."""
@@ -16,6 +20,28 @@ class AdapterMemory:
         self.ttl_s = ttl_s
         self.max_per_pod = max_per_pod
         self._seen: dict[str, dict[str, float]] = {}
+        self._verdicts: dict[str, tuple[float, bool]] = {}
+
+    def is_adapter(self, model: str, pods: list[PodState], now: float) -> bool:
+        """Whether any engine among `pods` reports `model` as a LoRA adapter (running or waiting).
+
+        `/v1/models` ids do not say which is the base model, so the engines' own LoRA gauges decide;
+        an adapter nobody runs yet routes like a base model until a scrape shows it. The verdict is
+        reused for `EVIDENCE_TTL_S` rather than rescanned on every decision.
+        """
+        hit = self._verdicts.get(model)
+        if hit is not None and now - hit[0] <= EVIDENCE_TTL_S:
+            return hit[1]
+        found = False
+        for p in pods:
+            m = p.metrics
+            if m is not None and m.max_lora and (model in m.running_adapters or model in m.waiting_adapters):
+                found = True
+                break
+        if len(self._verdicts) > 4096:
+            self._verdicts.clear()
+        self._verdicts[model] = (now, found)
+        return found
 
     def record(self, pod_name: str, adapter: str, now: float) -> None:
         per_pod = self._seen.setdefault(pod_name, {})

@@ -37,15 +37,24 @@ BUILTIN_PROFILES: dict[str, ProfileSpec] = {
         # Interactive chat: time to first token. The estimated queue leads; in-flight and load keep
         # bursts spread between scrapes; prefix affinity saves prefill but fades with load. LoRA
         # weighs heavily but only for adapter requests (base-model requests score 1.0 everywhere):
-        # a must-evict pod makes the request wait for a slot and an adapter load.
+        # a must-evict pod makes the request wait for a slot and an adapter load. prefix_home makes
+        # several gateway replicas agree on where a new prefix goes.
         ProfileSpec(
             "latency",
-            {"queue": 3.0, "inflight": 2.0, "kv_cache": 1.5, "prefix": 2.5, "lora": 6.0, "load": 1.0},
+            {
+                "queue": 3.0,
+                "inflight": 2.0,
+                "kv_cache": 1.5,
+                "prefix": 2.5,
+                "prefix_home": 2.0,
+                "lora": 6.0,
+                "load": 1.0,
+            },
         ),
         # Batch: pack where the KV cache has room and the prefix is warm; queues are tolerated.
         ProfileSpec(
             "throughput",
-            {"kv_cache": 3.0, "prefix": 3.0, "lora": 6.0, "queue": 1.0, "inflight": 0.5},
+            {"kv_cache": 3.0, "prefix": 3.0, "prefix_home": 2.0, "lora": 6.0, "queue": 1.0, "inflight": 0.5},
             queue_depth=32,
             kv_usage=0.95,
         ),

@@ -42,6 +42,7 @@ for _s in (
     scorers.KVCacheScorer,
     scorers.RawKVCacheScorer,
     scorers.PrefixScorer,
+    scorers.PrefixHomeScorer,
     scorers.RawPrefixScorer,
     scorers.LoraScorer,
 ):

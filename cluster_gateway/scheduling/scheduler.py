@@ -121,6 +121,7 @@ class Scheduler:
             max_prefix_blocks=self._max_prefix_blocks,
             adapters=self.adapters,
             pool_positions=self._positions,
+            pool_version=self._seen_version,
         )
         serving = pods
         for f in plan.filters:

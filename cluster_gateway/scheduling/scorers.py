@@ -16,6 +16,7 @@ from itertools import compress
 from operator import attrgetter
 
 from cluster_gateway.pool import PodState
+from cluster_gateway.scheduling.prefix_home import HashRing, prefix_key
 from cluster_gateway.scheduling.types import SchedulingContext
 
 NEUTRAL = 0.5  # for a signal a pod does not report (TGI has no KV or LoRA gauges)
@@ -159,6 +160,48 @@ class PrefixScorer:
         return out
 
 
+class PrefixHomeScorer:
+    """The prompt prefix's home pods on a consistent-hash ring (1.0 first, 0.5 second), faded by load
+    like `prefix`. Every gateway replica computes the same homes, so replicas that share a pool
+    also share where a new prefix goes, without sharing their prefix indexes. Adapter requests score
+    0 everywhere: where an adapter is resident matters more than where a prefix would go."""
+
+    name = "prefix_home"
+    home_blocks = 16  # the prefix that names a home: 16 blocks, ~256 tokens (a system prompt's head)
+
+    def __init__(self) -> None:
+        self._ring: HashRing | None = None
+        self._ring_version = -2
+
+    def _ring_for(self, ctx: SchedulingContext, pods: list[PodState]) -> HashRing:
+        if not ctx.pool_positions:  # no pool-wide view (a bare context): the candidates themselves
+            return HashRing(p.endpoint.name for p in pods)
+        if self._ring is None or self._ring_version != ctx.pool_version:
+            self._ring = HashRing(ctx.pool_positions)
+            self._ring_version = ctx.pool_version
+        return self._ring
+
+    def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
+        n = len(pods)
+        out = [0.0] * n
+        key = prefix_key(ctx.request.prompt_text, ctx.block_chars, self.home_blocks)
+        if key is None or ctx.adapters.is_adapter(ctx.request.model, pods, ctx.now):
+            return out
+        fade = 1.0 / (PrefixScorer.fade_depths * ctx.profile.queue_depth)
+        kvt = ctx.profile.kv_usage
+        q = ctx.est_queue(pods)
+        for rank, name in enumerate(self._ring_for(ctx, pods).homes(key, 2)):
+            i = ctx.position(pods, name)
+            if i is None:
+                continue
+            m = pods[i].metrics
+            damp = 1.0 - q[i] * fade
+            if damp <= 0.0 or (m is not None and m.kv_usage is not None and m.kv_usage >= kvt):
+                continue
+            out[i] = damp * (1.0 if rank == 0 else 0.5)
+        return out
+
+
 class RawPrefixScorer:
     """Reference shape: matched blocks / total blocks, however busy the pod is."""
 
@@ -177,36 +220,16 @@ class LoraScorer:
     """LoRA affinity: resident (or just sent there by this gateway) 1.0, free slot 0.8, queued for it
     0.6, must evict 0.0; 1.0 everywhere for a base-model request.
 
-    An adapter is recognised by an engine reporting it (running or waiting) somewhere in the pool; a
-    model nobody reports yet routes like a base model until the first scrape after it starts running.
-    That verdict is cached per model for `refresh_s`, not recomputed on every decision.
+    An adapter is recognised by an engine reporting it (running or waiting) among the candidates
+    (`AdapterMemory.is_adapter`); a model nobody reports yet routes like a base model until the first
+    scrape after it starts running.
     """
 
     name = "lora"
-    refresh_s = 0.05
-
-    def __init__(self) -> None:
-        self._is_adapter: dict[str, tuple[float, bool]] = {}
-
-    def _is_adapter_now(self, ctx: SchedulingContext, pods: list[PodState]) -> bool:
-        model = ctx.request.model
-        hit = self._is_adapter.get(model)
-        if hit is not None and ctx.now - hit[0] <= self.refresh_s:
-            return hit[1]
-        found = False
-        for p in pods:
-            m = p.metrics
-            if m is not None and m.max_lora and (model in m.running_adapters or model in m.waiting_adapters):
-                found = True
-                break
-        if len(self._is_adapter) > 4096:
-            self._is_adapter.clear()
-        self._is_adapter[model] = (ctx.now, found)
-        return found
 
     def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
         model = ctx.request.model
-        if not self._is_adapter_now(ctx, pods):
+        if not ctx.adapters.is_adapter(model, pods, ctx.now):
             return [1.0] * len(pods)
         now = ctx.now
         recent = ctx.adapters.recent

@@ -98,6 +98,7 @@ class SchedulingContext:
     degraded: bool = False  # no candidate has fresh metrics: in-flight-only scoring
     memo: dict[str, Any] = field(default_factory=dict)
     pool_positions: dict[str, int] = field(default_factory=dict)  # pod name → index in pool order
+    pool_version: int = -1  # EndpointPool.version those positions belong to
 
     def block_hashes(self) -> tuple[int, ...]:
         return self.request.block_hashes(self.block_chars, self.max_prefix_blocks)

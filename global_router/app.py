@@ -93,6 +93,8 @@ class CompletionHandler:
     def __init__(self, s: RouterServices) -> None:
         self.s = s
         self.max_body = s.cfg.max_body_bytes
+        # a router deployed in a region (behind geo DNS) serves that region's clients by default
+        self.default_region = s.cfg.region if s.cfg.region != "global" else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope.get("method") != "POST":
@@ -141,7 +143,7 @@ class CompletionHandler:
             sel_req = SelectionRequest(
                 model=parsed.model,
                 traffic_class=tenant.traffic_class,
-                client_region=headers.get(CLIENT_REGION_HEADER) or None,
+                client_region=headers.get(CLIENT_REGION_HEADER) or self.default_region,
                 sheddable=tenant.sheddable,
             )
             t0 = time.perf_counter()

@@ -53,15 +53,22 @@ def build_config(args: argparse.Namespace) -> GlobalRouterConfig:
 async def _serve(cfg: GlobalRouterConfig, args: argparse.Namespace) -> int:
     from global_router.router import GlobalRouter
 
-    router = GlobalRouter(cfg, http_port=args.port, grpc_port=args.grpc_port)
+    try:
+        router = GlobalRouter(cfg, http_port=args.port, grpc_port=args.grpc_port)
+    except ConfigError as exc:
+        print(f"fleetgate global-router: {exc}", file=sys.stderr)
+        return 2
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
         await router.start()
-    except (OSError, ValueError) as exc:
-        print(f"fleetgate global-router: cannot start: {exc}", file=sys.stderr)
+    except ValueError as exc:  # e.g. capacity.tlsCertFile unreadable: the config is unusable
+        print(f"fleetgate global-router: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"fleetgate global-router: cannot listen: {exc}", file=sys.stderr)
         return 1
     try:
         await stop.wait()

@@ -20,6 +20,7 @@ import uvicorn
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from common.config.loader import ConfigError
 from common.config.router import GlobalRouterConfig
 from global_router.app import RouterServices, build_app
 from global_router.capacity_server import CapacityServer
@@ -81,9 +82,12 @@ class GlobalRouter:
         self._http_port_cfg = cfg.port if http_port is None else http_port
         self._grpc_port_cfg = cfg.capacity.port if grpc_port is None else grpc_port
         self.replica_id = uuid.uuid4().hex[:8]
-        self.redis: aioredis.Redis | None = (
-            redis_client(cfg.redis.url, cfg.redis.timeout_s) if cfg.redis is not None else None
-        )
+        try:
+            self.redis: aioredis.Redis | None = (
+                redis_client(cfg.redis.url, cfg.redis.timeout_s) if cfg.redis is not None else None
+            )
+        except ValueError as exc:
+            raise ConfigError(f"redis.url: {exc}") from None
         if fleet is not None:
             self.fleet: FleetView = fleet
         elif self.redis is not None and cfg.redis is not None:

@@ -36,6 +36,9 @@ def test_bad_config_exits_2_naming_the_field(tmp_path: Path) -> None:
         [*CMD, "--config", str(tmp_path / "missing.yaml")], capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 2 and "cannot read config file" in out.stderr
+    cfg.write_text("redis:\n  url: notaurl\n")
+    out = subprocess.run([*CMD, "--config", str(cfg)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "redis.url" in out.stderr
 
 
 def test_serves_logs_bound_addresses_and_stops_on_sigterm(tmp_path: Path) -> None:

@@ -12,15 +12,15 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 from opentelemetry import context as otel_context
-from opentelemetry.context import Context
 
 from cluster_gateway.observability import CANCELLED, REJECTED, SHED, GatewayMetrics
 from cluster_gateway.pool import EndpointPool
-from cluster_gateway.proxy.dispatch import Dispatcher, Pick
+from cluster_gateway.proxy.dispatch import Dispatcher
 from cluster_gateway.proxy.forward import Forwarder, NoPodAnswered
 from cluster_gateway.proxy.headers import client_headers, upstream_request_headers
 from common.config.gateway import Proxy
@@ -41,6 +41,13 @@ _JSON = [(b"content-type", b"application/json")]
 
 class _ClientGone(Exception):
     pass
+
+
+@dataclass(slots=True)
+class _RequestState:
+    profile: str = "-"
+    counted: bool = False  # the forwarder took over outcome accounting
+    done: bool = False  # the last response byte was handed to the server
 
 
 async def send_json(send: Send, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
@@ -138,53 +145,51 @@ class ProxyApp:
 
     async def _completion(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
-        profile = "-"
+        state = _RequestState()
         try:
             body = await self._read_body(scope, receive)
             parsed = parse_request(body, path)
             headers = client_headers(scope["headers"])
-            ctx = extract_context(headers)
-            pick = await self._pick_with_context(parsed, headers, ctx)
-            profile = pick.profile
-            upstream = upstream_request_headers(headers)
-            await self._forward_until_disconnect(pick, path, body, upstream, ctx, receive, send)
+            await self._serve_until_disconnect(state, parsed, headers, path, body, receive, send)
         except _ClientGone:
-            self.metrics.request_done("-", profile, CANCELLED)
+            if not state.counted:
+                self.metrics.request_done("-", state.profile, CANCELLED)
         except OpenAIError as err:
             if not isinstance(err, NoPodAnswered):  # the forwarder already counted its attempts
-                self.metrics.request_done("-", profile, SHED if err.status == 429 else REJECTED)
+                self.metrics.request_done("-", state.profile, SHED if err.status == 429 else REJECTED)
             await send_error(send, err)
 
-    async def _pick_with_context(self, parsed: ParsedRequest, headers: dict[str, str], ctx: Context) -> Pick:
-        token = otel_context.attach(ctx)
-        try:
-            return await self.dispatcher.pick(parsed, headers)
-        finally:
-            otel_context.detach(token)
-
-    async def _forward_until_disconnect(
+    async def _serve_until_disconnect(
         self,
-        pick: Pick,
+        state: _RequestState,
+        parsed: ParsedRequest,
+        headers: dict[str, str],
         path: str,
         body: bytes,
-        upstream: dict[str, str],
-        ctx: Context,
         receive: Receive,
         send: Send,
     ) -> None:
-        """Run the forward while watching for the client leaving; a departure cancels the pod request."""
-        done = False
+        """Pick and forward while watching for the client leaving.
+
+        A departure while queued in admission frees the queue slot at once; a departure while the
+        pod works cancels the pod request (the pod frees its batch slot and KV blocks).
+        """
+        ctx = extract_context(headers)
 
         async def guarded_send(msg: Message) -> None:
-            nonlocal done
             if msg["type"] == "http.response.body" and not msg.get("more_body", False):
-                done = True
+                state.done = True
             await send(msg)
 
         async def work() -> None:
             token = otel_context.attach(ctx)
             try:
-                await self.forwarder.forward(pick, path, body, upstream, guarded_send)
+                pick = await self.dispatcher.pick(parsed, headers)
+                state.profile = pick.profile
+                state.counted = True  # from here the forwarder records the outcome
+                await self.forwarder.forward(
+                    pick, path, body, upstream_request_headers(headers), guarded_send
+                )
             finally:
                 otel_context.detach(token)
 
@@ -206,13 +211,14 @@ class ProxyApp:
             watch_task.cancel()
             work_task.result()  # re-raise OpenAIError etc.
             return
-        if done:  # the response finished as the client closed: nothing to cancel
+        if state.done:  # the response finished as the client closed: nothing to cancel
             await work_task
             return
         work_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await work_task
-        log.debug("client disconnected; pod request cancelled")
+        log.debug("client disconnected; request cancelled")
+        raise _ClientGone
 
     # --- control endpoints ----------------------------------------------
     async def _models(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -96,3 +96,27 @@ async def test_sheddable_requests_are_refused_first_when_the_queue_is_full() -> 
             await client.aclose()
         r = await asyncio.wait_for(important, 15)
         assert r.status_code == 200
+
+
+async def test_a_client_that_gives_up_while_queued_frees_its_queue_slot() -> None:
+    async with running([tiny(time_scale=4.0)], admission={"queueTimeoutMs": 20000}) as (fleet, gw, c):
+        client, load = await saturate(fleet.urls[0])
+        try:
+            await until_saturated(gw)
+            async with httpx.AsyncClient(base_url=gw.url, timeout=0.4) as impatient:
+                try:
+                    await impatient.post("/v1/chat/completions", json=chat("hurry"))
+                except httpx.TimeoutException:
+                    pass
+                else:
+                    raise AssertionError("expected the client to time out while queued")
+            for _ in range(100):
+                if len(gw.admission) == 0:
+                    break
+                await asyncio.sleep(0.02)
+            assert len(gw.admission) == 0  # not held until the 20 s queue deadline
+            assert 'outcome="cancelled"' in (await c.get("/metrics")).text
+        finally:
+            for t in load:
+                t.cancel()
+            await client.aclose()

@@ -1,0 +1,128 @@
+"""What crosses the proxy toward the pod: the client's request minus internal and hop-by-hop headers,
+plus a `traceparent` whose parent is the gateway's forward span. The pod here is a tiny capturing
+server (vLLM-shaped /metrics and /v1/models) so the test can see the raw request."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from cluster_gateway.gateway import ClusterGateway
+from common.config.gateway import GatewaySpec
+from common.config.loader import load_config_data
+from common.telemetry import setup_tracing
+
+MODEL = "m-1"
+METRICS = (
+    f'vllm:num_requests_waiting{{model_name="{MODEL}"}} 0\n'
+    f'vllm:num_requests_running{{model_name="{MODEL}"}} 0\n'
+    f'vllm:kv_cache_usage_perc{{model_name="{MODEL}"}} 0.1\n'
+).encode()
+
+
+class CapturingPod:
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, dict[str, str], bytes]] = []
+
+    async def __call__(
+        self,
+        scope: dict[str, Any],
+        receive: Callable[[], Awaitable[dict[str, Any]]],
+        send: Callable[[dict[str, Any]], Awaitable[None]],
+    ) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            msg = await receive()
+            body += msg.get("body", b"")
+            if not msg.get("more_body"):
+                break
+        path = scope["path"]
+        if path == "/metrics":
+            out, ctype = METRICS, b"text/plain"
+        elif path == "/v1/models":
+            out, ctype = (
+                b'{"object":"list","data":[{"id":"' + MODEL.encode() + b'","object":"model"}]}',
+                b"application/json",
+            )
+        else:
+            headers = {k.decode(): v.decode() for k, v in scope["headers"]}
+            self.requests.append((path, headers, body))
+            out, ctype = b'{"id":"x","object":"chat.completion","choices":[]}', b"application/json"
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", ctype),
+                    (b"connection", b"keep-alive"),
+                    (b"x-fleetgate-internal", b"leak"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": out})
+
+
+@pytest.fixture
+async def pod_and_gateway() -> AsyncIterator[tuple[CapturingPod, ClusterGateway]]:
+    pod = CapturingPod()
+    server = uvicorn.Server(uvicorn.Config(pod, host="127.0.0.1", port=0, log_level="error", lifespan="off"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:  # noqa: ASYNC110  (uvicorn exposes a flag, not an event)
+        await asyncio.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    spec = load_config_data(
+        {"discovery": {"static": {"endpoints": [f"http://127.0.0.1:{port}"]}}, "scrape": {"intervalMs": 50}},
+        GatewaySpec,
+    )
+    gw = ClusterGateway(spec, port=0)
+    await gw.start()
+    for _ in range(250):
+        if all(not p.stale and p.models for p in gw.pool.pods()):
+            break
+        await asyncio.sleep(0.02)
+    yield pod, gw
+    await gw.stop()
+    server.should_exit = True
+    await task
+
+
+async def test_pod_gets_the_request_without_internal_headers_and_with_trace_context(
+    pod_and_gateway: tuple[CapturingPod, ClusterGateway],
+) -> None:
+    setup_tracing("gateway-test", exporter="none")  # an SDK provider, as `fleetgate gateway` installs
+    pod, gw = pod_and_gateway
+    trace_id = "0af7651916cd43dd8448eb211c80319c"
+    body = b'{"model": "m-1", "messages": [{"role": "user", "content": "hi"}]}'
+    async with httpx.AsyncClient(base_url=gw.url) as c:
+        r = await c.post(
+            "/v1/chat/completions",
+            content=body,
+            headers={
+                "content-type": "application/json",
+                "authorization": "Bearer sk-user",
+                "x-gateway-destination-endpoint": "10.1.1.1:80",
+                "x-fleetgate-pod": "other",
+                "x-fleetgate-profile": "throughput",
+                "traceparent": f"00-{trace_id}-b7ad6b7169203331-01",
+                "te": "trailers",
+            },
+        )
+    assert r.status_code == 200
+    assert "x-fleetgate-internal" not in r.headers  # pods cannot inject internal headers either
+    assert "x-fleetgate-pod" not in r.headers  # debug headers are off by default
+    path, headers, got = pod.requests[-1]
+    assert path == "/v1/chat/completions" and got == body  # the exact bytes, not re-encoded
+    assert headers["authorization"] == "Bearer sk-user"
+    assert headers["x-fleetgate-profile"] == "throughput"
+    for gone in ("x-gateway-destination-endpoint", "x-fleetgate-pod", "te"):
+        assert gone not in headers
+    _version, tid, parent, _flags = headers["traceparent"].split("-")
+    assert tid == trace_id  # same trace ...
+    assert parent != "b7ad6b7169203331"  # ... but the parent is the gateway's own span

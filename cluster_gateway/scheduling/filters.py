@@ -3,13 +3,9 @@ stale metrics degrade to in-flight-only routing, and saturation fails open (flag
 
 from __future__ import annotations
 
-from operator import attrgetter
-
 from cluster_gateway.pool import PodState
 from cluster_gateway.scheduling.types import SchedulingContext
 from common.errors import not_found_model
-
-_failures = attrgetter("consecutive_failures")
 
 
 class ModelFilter:
@@ -53,8 +49,6 @@ class HealthyFilter:
     name = "healthy"
 
     def filter(self, ctx: SchedulingContext, pods: list[PodState]) -> list[PodState]:
-        if not any(map(_failures, pods)):  # the usual case, checked without a Python-level loop
-            return pods
         dead = ctx.dead_after_failures
         return [p for p in pods if p.consecutive_failures < dead]
 

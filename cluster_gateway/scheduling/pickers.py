@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import heapq
 import random
-from itertools import compress
 from operator import itemgetter
 
 from cluster_gateway.pool import PodState
@@ -14,7 +13,6 @@ from cluster_gateway.scheduling.types import SchedulingContext
 MAX_RANKED = 10  # the choice + fallbacks (proxy.maxAttempts <= 10, extProc.fallbackEndpoints <= 8)
 TIE_EPS = 1e-9
 _score_of = itemgetter(1)
-_pod_of = itemgetter(0)
 
 
 def _rest_by_score(scored: list[tuple[PodState, float]], exclude: set[int], k: int) -> list[PodState]:
@@ -37,7 +35,7 @@ class MaxScorePicker:
             return [scored[0][0]]
         best = max(scored, key=_score_of)[1]
         floor = best - TIE_EPS
-        ties = list(compress(map(_pod_of, scored), map(floor.__le__, map(_score_of, scored))))
+        ties = [p for p, s in scored if s >= floor]
         if len(ties) >= MAX_RANKED:
             return self._rng.sample(ties, MAX_RANKED)
         self._rng.shuffle(ties)

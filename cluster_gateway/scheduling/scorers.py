@@ -13,14 +13,12 @@ so a hot shared prompt piles onto one pod (`prefix` fades affinity as that pod's
 from __future__ import annotations
 
 from itertools import compress
-from operator import attrgetter
 
 from cluster_gateway.pool import PodState
 from cluster_gateway.scheduling.prefix_home import HashRing, prefix_key
 from cluster_gateway.scheduling.types import SchedulingContext
 
 NEUTRAL = 0.5  # for a signal a pod does not report (TGI has no KV or LoRA gauges)
-_dispatched = attrgetter("dispatched_since_scrape")
 
 
 def _min_max_lower_better(values: list[int] | list[float], min_span: float) -> list[float]:
@@ -97,17 +95,14 @@ class KVCacheScorer:
     name = "kv_cache"
 
     def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
-        out = [
-            NEUTRAL
-            if (kv := m.kv_usage if (m := p.metrics) is not None else None) is None
-            else max(0.0, 1.0 - kv)
-            for p in pods
-        ]
+        kvs = [m.kv_usage if (m := p.metrics) is not None else None for p in pods]
+        out = [NEUTRAL if kv is None else (1.0 - kv if kv < 1.0 else 0.0) for kv in kvs]
         tokens = ctx.request.prompt_tokens  # this prompt stands in for the ones dispatched since the scrape
-        for i in compress(range(len(pods)), map(_dispatched, pods)):  # only pods sent something
+        for i in compress(range(len(pods)), [p.dispatched_since_scrape for p in pods]):  # pods sent something
             m = pods[i].metrics
-            if m is not None and m.kv_usage is not None and m.num_gpu_blocks and m.block_size:
-                kv = m.kv_usage + pods[i].dispatched_since_scrape * tokens / (m.num_gpu_blocks * m.block_size)
+            kv = kvs[i]
+            if kv is not None and m is not None and m.num_gpu_blocks and m.block_size:
+                kv += pods[i].dispatched_since_scrape * tokens / (m.num_gpu_blocks * m.block_size)
                 out[i] = 1.0 - kv if kv < 1.0 else 0.0
         return out
 
@@ -118,12 +113,8 @@ class RawKVCacheScorer:
     name = "kv_raw"
 
     def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
-        return [
-            NEUTRAL
-            if (kv := m.kv_usage if (m := p.metrics) is not None else None) is None
-            else max(0.0, 1.0 - kv)
-            for p in pods
-        ]
+        kvs = [m.kv_usage if (m := p.metrics) is not None else None for p in pods]
+        return [NEUTRAL if kv is None else (1.0 - kv if kv < 1.0 else 0.0) for kv in kvs]
 
 
 class PrefixScorer:

@@ -19,7 +19,7 @@ from redis.backoff import NoBackoff
 
 from common.proto.fleetgate.v1 import capacity_pb2_grpc
 from global_router.fleet_view import ClusterState, FleetViewError, RedisFleetView, state_from_report
-from tests.conftest import RedisServer, start_redis
+from tests.conftest import RedisServer, free_port, start_redis
 from tests.global_router.capacity.helpers import TOKEN_A, report, running_server, wait_for
 
 
@@ -164,3 +164,22 @@ async def test_capacity_server_publishes_through_redis_to_a_second_replica(redis
             await call.done_writing()
         await wait_for(lambda: b.get("c-a") is not None, what="replica b sees the report")
         assert b.get("c-a").seq == 4  # type: ignore[union-attr]
+
+
+async def test_a_replica_started_while_redis_is_down_serves_locally_and_joins_later(tmp_path: Path) -> None:
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    async with view(url) as a:  # Redis is not there yet: start() must not fail
+        assert not a.redis_ok
+        await a.publish(state("c-a", seq=1))
+        assert a.get("c-a") is not None
+        srv = _restart_redis_on(port, tmp_path)
+        try:
+            async with view(url) as b:
+                await a.publish(state("c-a", seq=2))
+                await wait_for(lambda: a.redis_ok, within=5.0, what="a reaches Redis")
+                await wait_for(lambda: b.get("c-a") is not None, within=5.0, what="b sees c-a")
+                await b.publish(state("c-b", seq=1))
+                await wait_for(lambda: a.get("c-b") is not None, within=5.0, what="a subscribed after all")
+        finally:
+            srv.stop()

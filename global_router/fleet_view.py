@@ -347,7 +347,6 @@ class RedisFleetView:
             return False
         self._mark_ok()
         self._cache.replace_drains({_text(d) for d in drains_raw})
-        seen: set[str] = set()
         for raw in values:
             if raw is None:  # expired between SCAN and MGET
                 continue
@@ -356,7 +355,6 @@ class RedisFleetView:
             except msgspec.DecodeError as exc:
                 log.warning("fleet view: ignoring an undecodable cluster record: %s", exc)
                 continue
-            seen.add(state.cluster_id)
             self._cache.put(state, only_if_newer=True)
         # A cluster absent from Redis is not dropped at once: its key expired (then it is older
         # than the TTL and the prune drops it) or was lost to a Redis restart (then the reporting

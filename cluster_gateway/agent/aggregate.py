@@ -17,13 +17,15 @@ sums; kv_headroom is the mean of (1 - KV usage) over pods with a KV gauge (TGI h
 share of unsaturated pods); adapters resident = the union of running adapters.
 
 Service model (see `ServiceModel`): a pod's concurrency C is what fits in its KV cache at the current
-per-request footprint (running / KV usage), or, idle or without a KV gauge, a default. Requests beyond
+per-request footprint (running / KV usage, clamped to 1..256), or, idle or without a KV gauge, a
+default. Requests beyond
 the KV threshold wait; a waiting request starts when one of the C running requests finishes, and a
 request takes `mean_output_tokens / decode_tokens_per_s` seconds, so a pod serves C / S requests per
 second. A new request's TTFT on a pod = prefill + (queue ahead of it) / (service rate), and the
 cluster's estimate is that of its best unsaturated pod (the gateway picks the best pod). Headroom =
 requests the ready pods can still take before they saturate: room in KV below the threshold plus
 room in the queue below the depth threshold, minus requests dispatched since the last scrape.
+tokens_per_second is the current generation rate: running sequences x `decode_tokens_per_s`.
 """
 
 from __future__ import annotations

@@ -42,7 +42,12 @@ class HashRing:
         )
         self._keys = [p >> 20 for p in packed]
         self._names = [uniq[p & 0xFFFFF] for p in packed]
+        self._members = frozenset(uniq)
         self.size = len(uniq)
+
+    def has_members(self, names: Iterable[str]) -> bool:
+        """Whether the ring was built for exactly these pods."""
+        return self._members == frozenset(names)
 
     def homes(self, key: int, count: int) -> list[str]:
         """The first `count` distinct pods clockwise from `key`."""

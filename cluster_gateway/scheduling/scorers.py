@@ -168,7 +168,8 @@ class PrefixHomeScorer:
         if not ctx.pool_positions:  # no pool-wide view (a bare context): the candidates themselves
             return HashRing(p.endpoint.name for p in pods)
         if self._ring is None or self._ring_version != ctx.pool_version:
-            self._ring = HashRing(ctx.pool_positions)
+            if self._ring is None or not self._ring.has_members(ctx.pool_positions):
+                self._ring = HashRing(ctx.pool_positions)  # membership changed, not just a pod's labels
             self._ring_version = ctx.pool_version
         return self._ring
 

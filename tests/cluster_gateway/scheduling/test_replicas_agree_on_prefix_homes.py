@@ -87,3 +87,18 @@ def test_homes_do_not_depend_on_the_process_hash_seed() -> None:
         for seed in ("1", "2")
     }
     assert len(outs) == 1
+
+
+def test_homes_follow_membership_changes() -> None:
+    pool = EndpointPool()
+    for name in NAMES[:2]:
+        add_pod(pool, name)
+    s = scheduler(pool)
+    prompts = [f"<|system|>tenant {k} rules. " + "y" * 1200 for k in range(40)]
+    assert {s.schedule(req(p)).pod.name for p in prompts} == set(NAMES[:2])
+    for name in NAMES[2:]:
+        add_pod(pool, name)
+    after = {s.schedule(req(p)).pod.name for p in prompts}
+    assert len(after - set(NAMES[:2])) >= 4  # new pods became homes for some prefixes
+    pool.remove(NAMES[0])
+    assert NAMES[0] not in {s.schedule(req(p)).pod.name for p in prompts}

@@ -1,0 +1,375 @@
+"""`fleetgate demo`: a whole local fleet in one command, on embedded defaults.
+
+Three clusters (`demo_fleet.DEFAULT_FLEET`), each a `fleetgate sim` child process of heterogeneous
+simulated pods plus an in-process cluster gateway whose agent streams capacity to one in-process
+global router. The first output line is `global endpoint: http://127.0.0.1:PORT`, then the demo API
+key, ready-to-paste examples and a live view. Ctrl-C / SIGTERM (or `--duration`) stops everything it
+started and exits 0; a child that dies on its own is named and the demo exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import errno
+import logging
+import signal
+import sys
+import tempfile
+from collections import deque
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TextIO
+
+from cluster_gateway.gateway import ClusterGateway
+from common.config.loader import ConfigError
+from fleetgate.demo_fleet import (
+    BASE_MODEL,
+    DEFAULT_FLEET,
+    ClusterPlan,
+    DemoSecrets,
+    adapters_of,
+    gateway_spec,
+    pod_spec_document,
+    router_config,
+)
+from fleetgate.demo_load import LoadGenerator
+from fleetgate.demo_procs import ChildError, SimProcess
+from fleetgate.demo_view import Clock, FleetFrame, FleetProbe, LiveTerminal, render_summary, render_table
+from global_router.router import GlobalRouter
+
+log = logging.getLogger("fleetgate.demo")
+PREFERRED_PORT = 8000
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help=f"port of the global endpoint (default {PREFERRED_PORT} if free, else any free port; 0 = any)",
+    )
+    p.add_argument("--time-scale", type=float, default=1.0, help="passed to the simulators: >1 slows them")
+    p.add_argument("--duration", type=float, default=None, metavar="S", help="stop by itself S s after start")
+    p.add_argument("--no-live", action="store_true", help="print only the header, no live view")
+    p.add_argument("--load", action="store_true", help="drive a small built-in traffic mix")
+    p.add_argument("--load-rps", type=float, default=3.0, help="request rate of --load (default 3/s)")
+    p.add_argument("--redis", metavar="URL", default=None, help="share the router's state in Redis")
+    p.add_argument("--interval", type=float, default=1.0, help="live view refresh period in seconds")
+    p.add_argument(
+        "--summary-every", type=float, default=5.0, help="seconds between summary lines when not on a TTY"
+    )
+    p.add_argument(
+        "--ready-timeout", type=float, default=90.0, help="seconds to wait for every cluster to report"
+    )
+    p.add_argument("--log-level", default="WARNING", help="log level of the components (default WARNING)")
+
+
+def validate(args: argparse.Namespace) -> None:
+    if args.port is not None and not 0 <= args.port <= 65535:
+        raise ConfigError(f"--port: {args.port} is not a TCP port (0-65535)")
+    for name in ("time_scale", "interval", "summary_every", "ready_timeout", "load_rps"):
+        if not getattr(args, name) > 0:
+            raise ConfigError(f"--{name.replace('_', '-')}: must be > 0")
+    if args.duration is not None and not args.duration > 0:
+        raise ConfigError("--duration: must be > 0")
+    if args.redis is not None and not args.redis.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError("--redis: expected a URL like redis://127.0.0.1:6379/0")
+    if not isinstance(logging.getLevelName(args.log_level.upper()), int):
+        raise ConfigError(f"--log-level: unknown level {args.log_level!r}")
+
+
+class _RecentEvents(logging.Handler):
+    """Keeps the last warnings for the live view, which would otherwise overwrite them."""
+
+    def __init__(self, keep: int = 5) -> None:
+        super().__init__()
+        self.lines: deque[str] = deque(maxlen=keep)
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record).replace("\n", " ")[:300])
+
+
+def header(
+    endpoint: str, keys: DemoSecrets, fleet: tuple[ClusterPlan, ...], gateways: dict[str, str]
+) -> list[str]:
+    """What a newcomer needs: the endpoint (line 1), the key (line 2), the fleet, things to try."""
+    n_pods = sum(len(c.pods) for c in fleet)
+    lines = [
+        f"global endpoint: {endpoint}",
+        f"api key: {keys.api_key}",
+        f'batch api key: {keys.batch_key}   (tenant "batch": sent to the cheapest capacity with room)',
+        f"admin key: {keys.admin_key}   (POST /admin/clusters/ID/drain)",
+        "",
+        f"fleet: {len(fleet)} clusters, {n_pods} simulated pods of {BASE_MODEL}; "
+        f"LoRA adapters {', '.join(adapters_of(fleet))}",
+    ]
+    for c in fleet:
+        engines = sorted({p.engine for p in c.pods})
+        lines.append(
+            f"  {c.cluster_id:<11} {c.region:<9} {c.capacity_type:<9} {f'{c.gpu} x{len(c.pods)}':<8} "
+            f"${c.cost_per_gpu_hour:.2f}/GPU-h  {'/'.join(engines):<12} gateway {gateways[c.cluster_id]}"
+        )
+    body = f'{{"model": "{BASE_MODEL}", "messages": [{{"role": "user", "content": "Hello!"}}], "max_tokens": 32}}'
+    lines += [
+        "",
+        "try:",
+        f"  curl -si {endpoint}/v1/chat/completions \\",
+        f'    -H "authorization: Bearer {keys.api_key}" -H "content-type: application/json" \\',
+        f"    -d '{body}'",
+        "  # response header x-fleetgate-cluster names the cluster that served it;",
+        '  # add -H "x-fleetgate-client-region: ap-south" to be served nearby',
+        "",
+        "  python - <<'EOF'",
+        "  from openai import OpenAI",
+        f'  client = OpenAI(base_url="{endpoint}/v1", api_key="{keys.api_key}")',
+        '  reply = client.chat.completions.create(model="sql-lora", max_tokens=48,',
+        '      messages=[{"role": "user", "content": "Top 5 customers by revenue"}])',
+        "  print(reply.choices[0].message.content)",
+        "  EOF",
+        "",
+        f"  curl -s {endpoint}/fleet        # what the router knows about every cluster (JSON)",
+        f"  status page: {endpoint}/",
+        f"  curl -s -X POST {endpoint}/admin/clusters/us-east-1/drain "
+        f'-H "authorization: Bearer {keys.admin_key}"   # watch traffic move; -d \'{{"drain": false}}\' undoes it',
+        "",
+    ]
+    return lines
+
+
+class Demo:
+    def __init__(self, args: argparse.Namespace, out: TextIO, events: _RecentEvents | None) -> None:
+        self.args = args
+        self.out = out
+        self.events = events
+        self.fleet = DEFAULT_FLEET
+        self.keys = DemoSecrets.generate([c.cluster_id for c in self.fleet])
+        self.stop = asyncio.Event()
+        self.failure: str | None = None
+        self._stopping = False
+        self.sims: dict[str, SimProcess] = {}
+        self.router: GlobalRouter | None = None
+        self.gateways: dict[str, ClusterGateway] = {}
+        self._watchers: list[asyncio.Task[None]] = []
+        self.load: LoadGenerator | None = None
+
+    def fail(self, message: str) -> None:
+        if self.failure is None and not self._stopping:
+            self.failure = message
+        self.stop.set()
+
+    # --- start -----------------------------------------------------------------------------------
+    async def _watch(self, sim: SimProcess) -> None:
+        code = await sim.wait_exit()
+        if not self._stopping:
+            tail = sim.log_tail()
+            self.fail(
+                f"{sim.describe()} {sim.exit_reason(code)}"
+                + (f"; its last log lines:\n{tail}" if tail else "")
+            )
+
+    async def _start_router(self) -> GlobalRouter:
+        cfg = router_config(self.fleet, self.keys, redis_url=self.args.redis)
+        ports = [self.args.port] if self.args.port is not None else [PREFERRED_PORT, 0]
+        for i, port in enumerate(ports):
+            router = GlobalRouter(cfg, http_port=port, grpc_port=0)
+            try:
+                await router.start()
+                return router
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE or i == len(ports) - 1:
+                    raise OSError(
+                        exc.errno, f"global endpoint: cannot listen on port {port}: {exc.strerror}"
+                    ) from None
+        raise AssertionError("unreachable")
+
+    async def start(self, workdir: Path) -> None:
+        for i, plan in enumerate(self.fleet):
+            doc = pod_spec_document(plan, time_scale=self.args.time_scale, seed=100 * i)
+            self.sims[plan.cluster_id] = SimProcess(
+                plan.cluster_id, doc, workdir, time_scale=self.args.time_scale
+            )
+        # Children first: no server threads exist yet when they fork.
+        for sim in self.sims.values():
+            await sim.start()
+            self._watchers.append(asyncio.create_task(self._watch(sim), name=f"watch-{sim.name}"))
+        await asyncio.gather(*(sim.wait_ready(self.args.ready_timeout) for sim in self.sims.values()))
+        self.router = await self._start_router()
+        address = f"127.0.0.1:{self.router.grpc_port}"
+        for plan in self.fleet:
+            token_file = workdir / f"{plan.cluster_id}.token"
+            token_file.touch(mode=0o600)
+            token_file.write_text(self.keys.agent_tokens[plan.cluster_id])
+            spec = gateway_spec(
+                plan, self.sims[plan.cluster_id].urls, router_capacity_address=address, token_file=token_file
+            )
+            gateway = ClusterGateway(spec, port=0)
+            self.gateways[plan.cluster_id] = gateway
+            await gateway.start()
+        await self._wait_fleet_ready()
+
+    def _ready_counts(self) -> dict[str, int]:
+        """Ready pods per cluster with a fresh report, as the router sees them."""
+        assert self.router is not None
+        out: dict[str, int] = {}
+        for c in self.router.fleet.snapshot():
+            m = c.models.get(BASE_MODEL)
+            if self.router.selector.is_fresh(c) and m is not None:
+                out[c.cluster_id] = m.ready_pods
+        return out
+
+    async def _wait_fleet_ready(self) -> None:
+        """Every cluster reported with all its pods ready (or, at the deadline, at least one)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.args.ready_timeout
+        while True:
+            ready = self._ready_counts()
+            if all(ready.get(c.cluster_id, 0) >= len(c.pods) for c in self.fleet):
+                return
+            if loop.time() > deadline:
+                missing = [c.cluster_id for c in self.fleet if ready.get(c.cluster_id, 0) < 1]
+                if missing:
+                    raise ChildError(
+                        f"no fresh capacity report with ready pods from {', '.join(missing)} "
+                        f"after {self.args.ready_timeout:.0f} s"
+                    )
+                log.warning("starting with some pods not ready yet: %s", ready)
+                return
+            await asyncio.sleep(0.1)
+
+    # --- run -------------------------------------------------------------------------------------
+    def _print(self, lines: list[str]) -> None:
+        self.out.write("\n".join(lines) + "\n")
+        self.out.flush()
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stop.wait(), timeout=seconds)
+
+    async def live(self) -> None:
+        assert self.router is not None
+        args = self.args
+        endpoint = self.router.url
+        self._print(header(endpoint, self.keys, self.fleet, {k: g.url for k, g in self.gateways.items()}))
+        loop = asyncio.get_running_loop()
+        if args.duration is not None:
+            loop.call_later(args.duration, self.stop.set)
+        load_task: asyncio.Task[None] | None = None
+        if args.load:
+            self.load = LoadGenerator(
+                endpoint, {"api": self.keys.api_key, "batch": self.keys.batch_key}, rps=args.load_rps
+            )
+            load_task = asyncio.create_task(self.load.run(), name="demo-load")
+        probe = FleetProbe(endpoint, self.fleet, {k: s.urls for k, s in self.sims.items()})
+        clock = Clock()
+        tty = self.out.isatty()
+        term = LiveTerminal(self.out) if tty else None
+        try:
+            if args.no_live:
+                await self.stop.wait()
+                return
+            if term is not None:
+                term.hide_cursor()
+            next_summary = 0.0
+            while not self.stop.is_set():
+                frame = await probe.sample(clock.uptime())
+                self._decorate(frame)
+                if term is not None:
+                    term.draw(render_table(frame, endpoint))
+                elif clock.uptime() >= next_summary:
+                    self._print([render_summary(frame)])
+                    next_summary = clock.uptime() + args.summary_every
+                await self._sleep(args.interval)
+        finally:
+            if term is not None:
+                term.show_cursor()
+            if load_task is not None:
+                load_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await load_task
+            await probe.aclose()
+
+    def _decorate(self, frame: FleetFrame) -> None:
+        if self.load is not None:
+            frame.load_line = self.load.stats.line(self.args.load_rps)
+        if self.events is not None:
+            frame.events = list(self.events.lines)
+
+    # --- stop ------------------------------------------------------------------------------------
+    async def shutdown(self) -> None:
+        """Everything this demo started, outermost first: gateways, router, then the pod processes."""
+        self._stopping = True
+        await asyncio.gather(*(g.stop() for g in self.gateways.values()), return_exceptions=True)
+        if self.router is not None:
+            with contextlib.suppress(Exception):
+                await self.router.stop()
+        await asyncio.gather(*(s.stop() for s in self.sims.values()), return_exceptions=True)
+        for w in self._watchers:
+            w.cancel()
+        await asyncio.gather(*self._watchers, return_exceptions=True)
+
+    async def main(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.stop.set)
+        with tempfile.TemporaryDirectory(prefix="fleetgate-demo-") as tmp:
+            try:
+                if await self._until_stopped(self.start(Path(tmp))):
+                    await self._until_stopped(self.live())
+            except (ChildError, ConfigError, OSError) as exc:
+                self.fail(str(exc))
+            finally:
+                await self.shutdown()
+        if self.failure is not None:
+            print(f"fleetgate demo: {self.failure}", file=sys.stderr, flush=True)
+            return 1
+        return 0
+
+    async def _until_stopped(self, work: Coroutine[Any, Any, None]) -> bool:
+        """Run `work` unless a stop comes first (then cancel it); True when it completed."""
+        task = asyncio.create_task(work)
+        stopper = asyncio.create_task(self.stop.wait())
+        try:
+            await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            return False
+        task.result()
+        return True
+
+
+def _setup_logging(level: str, live_on_tty: bool) -> _RecentEvents | None:
+    """On a TTY with the live view, warnings show inside the view; otherwise they go to stderr."""
+    root = logging.getLogger()
+    root.setLevel(level.upper())
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    if live_on_tty:
+        events = _RecentEvents()
+        root.addHandler(events)
+        return events
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        validate(args)
+    except ConfigError as exc:
+        print(f"fleetgate demo: {exc}", file=sys.stderr)
+        return 2
+    events = _setup_logging(args.log_level, sys.stdout.isatty() and not args.no_live)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    return asyncio.run(_main(args, events))
+
+
+async def _main(args: argparse.Namespace, events: _RecentEvents | None) -> int:
+    return await Demo(args, sys.stdout, events).main()

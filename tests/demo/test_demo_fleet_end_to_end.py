@@ -1,0 +1,140 @@
+"""`python -m fleetgate demo` as a newcomer runs it: endpoint and key first, real OpenAI traffic through
+three clusters, a live summary, and a stop (signal or a dead child) that leaves nothing running."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import openai
+import pytest
+
+from fleetgate.demo_fleet import BASE_MODEL, DEFAULT_FLEET
+from tests.demo.demo_process import ENDPOINT_LINE, KEY_LINE, DemoProcess, wait_gone
+
+pytestmark = pytest.mark.timeout(150)
+
+CLUSTERS = {c.cluster_id: len(c.pods) for c in DEFAULT_FLEET}
+START_S = 90.0  # three simulator processes + gateways + router on a busy 2-core machine
+STOP_S = 30.0
+
+
+def _closed(url: str) -> bool:
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname, parts.port), timeout=1):
+            return False
+    except OSError:
+        return True
+
+
+def _started(demo: DemoProcess) -> tuple[str, str]:
+    first = demo.next_line(START_S)
+    m = ENDPOINT_LINE.match(first)
+    assert m, f"first line {first!r}"
+    k = KEY_LINE.match(demo.next_line(5))
+    assert k, demo.seen
+    return m.group(1), k.group(1)
+
+
+def test_demo_routes_openai_traffic_and_sigterm_stops_everything(tmp_path: Path) -> None:
+    demo = DemoProcess("--duration", "40", "--port", "0", "--summary-every", "2", tmp=tmp_path)
+    try:
+        url, key = _started(demo)
+        sims = demo.sim_children()
+        assert set(sims) == set(CLUSTERS), sims
+
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=30)
+        ids = {m.id for m in client.models.list().data}
+        assert {BASE_MODEL, "sql-lora", "support-lora", "summarize-lora"} <= ids
+
+        raw = client.chat.completions.with_raw_response.create(
+            model=BASE_MODEL, messages=[{"role": "user", "content": "Hello!"}], max_tokens=16
+        )
+        chat = raw.parse()
+        assert chat.choices[0].message.content
+        assert chat.usage is not None and chat.usage.completion_tokens > 0
+        assert raw.headers["x-fleetgate-cluster"] in CLUSTERS
+
+        stream = client.chat.completions.create(
+            model=BASE_MODEL,
+            messages=[{"role": "user", "content": "Tell me a story"}],
+            max_tokens=24,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        chunks = list(stream)
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert text and len([c for c in chunks if c.choices]) > 2
+        assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+
+        # sql-lora lives only in us-east-1 and eu-west-1: the router must send it there.
+        raw = client.chat.completions.with_raw_response.create(
+            model="sql-lora", messages=[{"role": "user", "content": "Top customers"}], max_tokens=12
+        )
+        assert raw.parse().choices[0].message.content
+        assert raw.headers["x-fleetgate-cluster"] in {"us-east-1", "eu-west-1"}
+
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=f"{url}/v1", api_key="sk-wrong", max_retries=0).models.list()
+
+        fleet = httpx.get(f"{url}/fleet", timeout=5).json()
+        by_id = {c["id"]: c for c in fleet["clusters"]}
+        assert set(by_id) == set(CLUSTERS)
+        for cid, c in by_id.items():
+            assert c["fresh"], c
+            assert c["models"][BASE_MODEL]["ready_pods"] == CLUSTERS[cid], c
+        assert sum(c["requests_total"] for c in by_id.values()) >= 3
+        gateways = [c["gateway_url"] for c in by_id.values()]
+
+        # Not a TTY: compact summary lines, every pod counted.
+        line = demo.wait_for_line(r"us-east-1 \d/3 ready", 15)
+        assert "eu-west-1" in line and "ap-south-1" in line and "pod requests=" in line
+
+        t0 = time.monotonic()
+        assert demo.stop(signal.SIGTERM, STOP_S) == 0, demo.stderr()
+        stop_s = time.monotonic() - t0
+        assert stop_s < STOP_S
+        assert wait_gone(list(sims.values()), 10) == [], "simulator processes left running"
+        assert all(_closed(u) for u in [url, *gateways]), "a server still listens after the demo exited"
+        assert key not in demo.stderr()  # keys are printed once on stdout, never logged
+    finally:
+        demo.kill_all()
+
+
+def test_a_child_that_dies_is_named_and_the_demo_exits_nonzero(tmp_path: Path) -> None:
+    demo = DemoProcess("--duration", "40", "--port", "0", "--no-live", tmp=tmp_path)
+    try:
+        _started(demo)
+        sims = demo.sim_children()
+        assert set(sims) == set(CLUSTERS), sims
+        os.kill(sims["eu-west-1"], signal.SIGKILL)
+        assert demo.wait(STOP_S) == 1
+        err = demo.stderr()
+        assert "eu-west-1" in err and "SIGKILL" in err, err
+        assert wait_gone(list(sims.values()), 10) == []
+    finally:
+        demo.kill_all()
+
+
+def test_sigint_with_no_live_prints_only_the_header_and_exits_zero(tmp_path: Path) -> None:
+    demo = DemoProcess("--duration", "40", "--port", "0", "--no-live", tmp=tmp_path)
+    try:
+        url, _ = _started(demo)
+        sims = demo.sim_children()
+        time.sleep(2.5)  # a summary line would be due by now without --no-live
+        assert demo.stop(signal.SIGINT, STOP_S) == 0, demo.stderr()
+        assert demo.proc.stdout is not None
+        while demo.lines.get(timeout=5) is not None:
+            pass
+        rest = [ln for ln in demo.seen if ln.startswith("[")]
+        assert rest == []
+        assert wait_gone(list(sims.values()), 10) == []
+        assert _closed(url)
+    finally:
+        demo.kill_all()

@@ -35,9 +35,17 @@ from global_router.fleet_report import fleet_report
 from global_router.fleet_view import FleetView, FleetViewError
 from global_router.forward import CLUSTER_HEADER, Delivery, Forwarder, ForwardRequest
 from global_router.headers import CLIENT_REGION_HEADER, decode_headers, upstream_headers
-from global_router.metrics import CANCELLED, FAILED, REJECTED, UPSTREAM_ERROR, RateMeter, RouterMetrics
+from global_router.metrics import (
+    CANCELLED,
+    CLIENT_ERROR,
+    FAILED,
+    REJECTED,
+    UPSTREAM_ERROR,
+    RateMeter,
+    RouterMetrics,
+)
 from global_router.ratelimit import Admission, RateLimiter, reservation_tokens
-from global_router.selection import ClusterSelector, SelectionRequest, served_models
+from global_router.selection import Candidate, ClusterSelector, SelectionRequest, served_models
 from global_router.status_page import render_status
 from global_router.tenants import TenantDirectory, check_admin
 
@@ -182,7 +190,7 @@ class CompletionHandler:
 
     async def _forward_watching_disconnect(
         self,
-        candidates: list[Any],
+        candidates: list[Candidate],
         fwd: ForwardRequest,
         admission: Admission,
         traffic_class: str,
@@ -190,7 +198,7 @@ class CompletionHandler:
         send: Send,
     ) -> None:
         s = self.s
-        state: dict[str, Any] = {"delivery": None, "outcome": CANCELLED, "cluster": "-"}
+        state: dict[str, Any] = {"delivery": None, "outcome": CANCELLED, "cluster": "-", "started": False}
 
         async def work() -> None:
             try:
@@ -203,6 +211,7 @@ class CompletionHandler:
             state["cluster"] = delivery.cluster_id
             s.rates.mark(delivery.cluster_id)
             hdrs = {**delivery.headers, **admission.headers, CLUSTER_HEADER: delivery.cluster_id}
+            state["started"] = True
             if delivery.body is not None:
                 hdrs["content-length"] = str(len(delivery.body))
                 await send(
@@ -231,7 +240,7 @@ class CompletionHandler:
             state["outcome"] = (
                 delivery.outcome
                 if delivery.ok
-                else (UPSTREAM_ERROR if delivery.status >= 500 or delivery.status == 429 else "client_error")
+                else (UPSTREAM_ERROR if delivery.status >= 500 or delivery.status == 429 else CLIENT_ERROR)
             )
 
         async def watch() -> None:
@@ -252,9 +261,14 @@ class CompletionHandler:
                     await t
                 except asyncio.CancelledError:
                     pass
+                except OSError:  # the client went away while we were writing to it
+                    state["outcome"] = CANCELLED
                 except Exception:
                     log.exception("forwarding failed")
                     state["outcome"] = FAILED
+                    if not state["started"]:
+                        err = OpenAIError(500, "Internal error in the global router while forwarding.")
+                        await _send_json(send, 500, err.body_bytes(), admission.headers)
         finally:
             delivery: Delivery | None = state["delivery"]
             used = 0

@@ -2,9 +2,10 @@
 
 Nothing is committed to the client until a cluster has answered well: a non-streaming body is read
 whole, a stream's first chunk is read, before the response starts. Until then a refused connection,
-a reset, a 5xx or a 429 moves the request to the next-ranked cluster, within `maxAttempts` and the
-retry budget, so an admitted request survives a cluster dying under it. Once bytes have reached the
-client a broken stream is ended with an SSE error event and `[DONE]` — never silently truncated.
+a reset, a 5xx, a 429 (or a 404 from a stale catalogue) moves the request to the next-ranked
+cluster, within `maxAttempts` and the retry budget, so an admitted request survives a cluster dying
+under it. Once bytes have reached the client a broken stream is ended with an SSE error event and
+`[DONE]` — never silently truncated.
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ class Forwarder:
             delivery.attempts = attempts
             return delivery
         if last is not None and last.status is not None:
-            # every attempt was answered with 5xx/429: pass the last one through (OpenAI body)
+            # every attempt was answered with 5xx/429/404: pass the last one through (OpenAI body)
             cid = candidates[min(attempts, len(candidates)) - 1].cluster_id
             return Delivery(cid, last.status, last.headers, attempts, body=last.body, outcome=UPSTREAM_ERROR)
         reason = last.reason if last else "no attempt"
@@ -165,7 +166,9 @@ class Forwarder:
                     resp = await self._client.send(request, stream=True)
                     status = resp.status_code
                     span.set_attribute("http.response.status_code", status)
-                    if status == 429 or status >= 500:
+                    # 404: the report said the cluster serves the model but its gateway no longer
+                    # does (catalogue changed since) — another cluster may; not a health failure
+                    if status in (404, 429) or status >= 500:
                         body = await resp.aread()
                         if status >= 500:
                             self._fail(cid)

@@ -24,7 +24,7 @@ class _Server(uvicorn.Server):
 class FakeGateway:
     """Answers completions like a cluster gateway would; `mode` switches its behaviour live.
 
-    modes: ok | error500 | error429 | break_stream (dies after two chunks) | slow (delay_s before answering)
+    modes: ok | error500 | error429 | error404 | break_stream (dies after two chunks) | slow (delay_s before answering)
     """
 
     def __init__(self, name: str, *, completion_tokens: int = 5, chunks: int = 5) -> None:
@@ -57,8 +57,8 @@ class FakeGateway:
         self.bodies.append(doc)
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
-        if self.mode in ("error500", "error429"):
-            status = 500 if self.mode == "error500" else 429
+        if self.mode in ("error500", "error429", "error404"):
+            status = int(self.mode[-3:])
             err = {
                 "error": {
                     "message": f"{self.name} says {status}",

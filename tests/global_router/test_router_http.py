@@ -196,3 +196,13 @@ async def test_tokens_reconciled_with_real_usage() -> None:
         # the first request's reservation was settled at its real usage (12), not 400+
         assert r.status_code == 200
         assert int(r.headers["x-ratelimit-remaining-tokens"]) >= 500 - 12 - 12 - 2
+
+
+async def test_gateway_404_from_stale_catalogue_fails_over() -> None:
+    async with harness(["stale", "fresh"]) as h:
+        await h.publish("stale", headroom=50)
+        await h.publish("fresh", headroom=5)
+        h.gateways["stale"].mode = "error404"
+        r = await h.client.post("/v1/chat/completions", json=CHAT, headers=h.headers())
+        assert r.status_code == 200 and r.headers["x-fleetgate-cluster"] == "fresh"
+        assert not h.router.health.is_ejected("stale")  # not a health failure

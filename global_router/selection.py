@@ -7,6 +7,8 @@ first — interactive traffic puts clusters predicted over its TTFT target last,
 clusters without room after those with room (so `batch`, weighted to cost, gets the cheapest cluster
 that has room) — then by weighted score. Headroom is the reported one minus what this replica has sent
 since that report, so a burst spreads instead of landing on the cluster that looked emptiest.
+Predicted TTFT = reported estimate + queueing for requests beyond the headroom + client-region
+latency + an adapter load when the requested LoRA adapter is resident on no pod of that cluster.
 """
 
 from __future__ import annotations
@@ -155,7 +157,10 @@ class ClusterSelector:
         # Each request beyond the reported headroom waits roughly one prefill turn per pod.
         per_request_ms = max(cap.est_ttft_ms, 50.0) / max(1, cap.ready_pods)
         net = self.network_ms(req.client_region, cluster.region)
-        predicted = max(MIN_TTFT_MS, cap.est_ttft_ms + overflow * per_request_ms + net)
+        load = 0.0
+        if req.model != cap.model and req.model not in cap.adapters_resident:
+            load = self._sel.adapter_load_penalty_ms  # LoRA adapter not resident on any pod there
+        predicted = max(MIN_TTFT_MS, cap.est_ttft_ms + overflow * per_request_ms + net + load)
         cost = cluster.cost_per_gpu_hour
         if cluster.capacity_type == "spot":
             cost *= 1.0 + self._sel.spot_discount_risk

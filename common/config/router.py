@@ -84,6 +84,8 @@ class Selection(_Base, kw_only=True):
     region_latency_ms: dict[str, dict[str, NonNegFloat]] = msgspec.field(default_factory=dict)
     # client region -> cluster region latency when the matrix has no entry (same region: 0)
     cross_region_latency_ms: NonNegFloat = 80.0
+    # an adapter request to a cluster where no pod has the adapter loaded pays its load first
+    adapter_load_penalty_ms: NonNegFloat = 150.0
 
 
 class Failover(_Base, kw_only=True):

@@ -131,3 +131,16 @@ def test_sheddable_tenant_refused_when_every_cluster_is_full() -> None:
     assert ei.value.status == 429 and ei.value.code == "fleet_saturated"
     ranked = sel.rank(clusters, SelectionRequest(model=MODEL, sheddable=False))
     assert ranked.saturated and ranked.candidates[0].cluster_id == "a"
+
+
+def test_adapter_resident_cluster_beats_one_that_must_load_it() -> None:
+    from dataclasses import replace
+
+    a = cluster("loads", adapters=frozenset({"sql-lora"}))
+    b = cluster("resident", adapters=frozenset({"sql-lora"}))
+    b = replace(
+        b, models={k: replace(m, adapters_resident=frozenset({"sql-lora"})) for k, m in b.models.items()}
+    )
+    ranked = _selector().rank([a, b], SelectionRequest(model="sql-lora"))
+    assert [c.cluster_id for c in ranked.candidates] == ["resident", "loads"]
+    assert ranked.candidates[1].predicted_ttft_ms - ranked.candidates[0].predicted_ttft_ms == 150.0

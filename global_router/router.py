@@ -186,6 +186,10 @@ class GlobalRouter:
                 await asyncio.sleep(0.005)
             self.http_port = int(sock.getsockname()[1])
             log.info("global router listening on http://%s:%d", self.cfg.host, self.http_port)
+            if self.cfg.allow_anonymous:
+                log.warning("allowAnonymous is on: requests without an API key are served (trials only)")
+            elif not self.cfg.tenants:
+                log.warning("no tenants configured: every API request will be refused with 401")
         except BaseException:
             await self.stop()
             raise

@@ -180,8 +180,8 @@ class Demo:
                 return router
             except OSError as exc:
                 if exc.errno != errno.EADDRINUSE or i == len(ports) - 1:
-                    raise OSError(
-                        exc.errno, f"global endpoint: cannot listen on port {port}: {exc.strerror}"
+                    raise ConfigError(
+                        f"--port {port}: the global endpoint cannot listen there: {exc.strerror}"
                     ) from None
         raise AssertionError("unreachable")
 
@@ -272,16 +272,15 @@ class Demo:
                 return
             if term is not None:
                 term.hide_cursor()
-            next_summary = 0.0
             while not self.stop.is_set():
                 frame = await probe.sample(clock.uptime())
                 self._decorate(frame)
                 if term is not None:
                     term.draw(render_table(frame, endpoint))
-                elif clock.uptime() >= next_summary:
+                    await self._sleep(args.interval)
+                else:
                     self._print([render_summary(frame)])
-                    next_summary = clock.uptime() + args.summary_every
-                await self._sleep(args.interval)
+                    await self._sleep(args.summary_every)
         finally:
             if term is not None:
                 term.show_cursor()
@@ -325,6 +324,10 @@ class Demo:
         if self.failure is not None:
             print(f"fleetgate demo: {self.failure}", file=sys.stderr, flush=True)
             return 1
+        started = [f"{len(self.gateways)} gateways"] if self.gateways else []
+        started += ["the global router"] if self.router is not None else []
+        started += [f"{sum(s.pid is not None for s in self.sims.values())} simulator processes"]
+        print(f"fleetgate demo: stopped {', '.join(started)}", file=sys.stderr, flush=True)
         return 0
 
     async def _until_stopped(self, work: Coroutine[Any, Any, None]) -> bool:

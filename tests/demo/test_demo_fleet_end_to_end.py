@@ -15,6 +15,7 @@ import openai
 import pytest
 
 from fleetgate.demo_fleet import BASE_MODEL, DEFAULT_FLEET
+from tests.conftest import RedisServer
 from tests.demo.demo_process import ENDPOINT_LINE, KEY_LINE, DemoProcess, wait_gone
 
 pytestmark = pytest.mark.timeout(150)
@@ -122,11 +123,18 @@ def test_a_child_that_dies_is_named_and_the_demo_exits_nonzero(tmp_path: Path) -
         demo.kill_all()
 
 
-def test_sigint_with_no_live_prints_only_the_header_and_exits_zero(tmp_path: Path) -> None:
-    demo = DemoProcess("--duration", "40", "--port", "0", "--no-live", tmp=tmp_path)
+def test_sigint_with_no_live_and_redis_prints_only_the_header_and_exits_zero(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    demo = DemoProcess(
+        "--duration", "40", "--port", "0", "--no-live", "--redis", redis_server.url, tmp=tmp_path
+    )
     try:
         url, _ = _started(demo)
         sims = demo.sim_children()
+        fleet = httpx.get(f"{url}/fleet", timeout=5).json()
+        assert fleet["router"]["fleet_view"] == "redis"
+        assert {c["id"] for c in fleet["clusters"] if c["fresh"]} == set(CLUSTERS)
         time.sleep(2.5)  # a summary line would be due by now without --no-live
         assert demo.stop(signal.SIGINT, STOP_S) == 0, demo.stderr()
         assert demo.proc.stdout is not None

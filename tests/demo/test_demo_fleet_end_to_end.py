@@ -43,8 +43,10 @@ def _started(demo: DemoProcess) -> tuple[str, str]:
     return m.group(1), k.group(1)
 
 
-def test_demo_routes_openai_traffic_and_sigterm_stops_everything(tmp_path: Path) -> None:
-    demo = DemoProcess("--duration", "40", "--port", "0", "--summary-every", "2", tmp=tmp_path)
+def test_demo_routes_openai_traffic_and_load_and_sigterm_stops_everything(tmp_path: Path) -> None:
+    demo = DemoProcess(
+        "--duration", "40", "--port", "0", "--summary-every", "2", "--load", "--load-rps", "4", tmp=tmp_path
+    )
     try:
         url, key = _started(demo)
         sims = demo.sim_children()
@@ -96,6 +98,9 @@ def test_demo_routes_openai_traffic_and_sigterm_stops_everything(tmp_path: Path)
         # Not a TTY: compact summary lines, every pod counted.
         line = demo.wait_for_line(r"us-east-1 \d/3 ready", 15)
         assert "eu-west-1" in line and "ap-south-1" in line and "pod requests=" in line
+        # --load: its own traffic mix gets answers through the global endpoint.
+        line = demo.wait_for_line(r"load 4 req/s: sent \d+ ok [1-9]", 20)
+        assert "served by" in line
 
         t0 = time.monotonic()
         assert demo.stop(signal.SIGTERM, STOP_S) == 0, demo.stderr()

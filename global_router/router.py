@@ -35,6 +35,9 @@ from global_router.tenants import TenantDirectory
 
 log = logging.getLogger("fleetgate.router")
 
+MAX_UPSTREAM_CONNECTIONS = 4096  # to all cluster gateways together
+UPSTREAM_POOLS = 16  # connection pools used in turn (see Forwarder)
+
 
 class _EmbeddedServer(uvicorn.Server):
     """uvicorn without its own signal handling: the process owner (CLI, demo, tests) owns signals."""
@@ -110,7 +113,7 @@ class GlobalRouter:
         self.tenants = TenantDirectory.from_config(cfg)
         self._with_capacity = capacity_server
         self.capacity: CapacityServer | None = None
-        self._client: httpx.AsyncClient | None = None
+        self._clients: list[httpx.AsyncClient] = []
         self._server: _EmbeddedServer | None = None
         self._server_task: asyncio.Task[None] | None = None
         self.http_port = 0
@@ -135,20 +138,27 @@ class GlobalRouter:
                 self.capacity = CapacityServer(cap_cfg, self.fleet)
                 self.grpc_port = await self.capacity.start()
             f = self.cfg.failover
-            self._client = httpx.AsyncClient(
-                limits=httpx.Limits(
-                    max_connections=4096, max_keepalive_connections=1024, keepalive_expiry=30.0
-                ),
-                timeout=httpx.Timeout(
-                    connect=f.connect_timeout_s,
-                    read=f.read_timeout_s,
-                    write=f.read_timeout_s,
-                    pool=f.connect_timeout_s,
-                ),
-                trust_env=False,
+            timeout = httpx.Timeout(
+                connect=f.connect_timeout_s,
+                read=f.read_timeout_s,
+                write=f.read_timeout_s,
+                pool=f.connect_timeout_s,
             )
+            per_pool = max(1, MAX_UPSTREAM_CONNECTIONS // UPSTREAM_POOLS)
+            self._clients = [
+                httpx.AsyncClient(
+                    limits=httpx.Limits(
+                        max_connections=per_pool,
+                        max_keepalive_connections=max(1, per_pool // 4),
+                        keepalive_expiry=30.0,
+                    ),
+                    timeout=timeout,
+                    trust_env=False,
+                )
+                for _ in range(UPSTREAM_POOLS)
+            ]
             forwarder = Forwarder(
-                self._client,
+                self._clients,
                 f,
                 health=self.health,
                 budget=self.budget,
@@ -208,9 +218,9 @@ class GlobalRouter:
             self.capacity = None
         await self.limiter.stop()
         await self.fleet.stop()
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        for client in self._clients:
+            await client.aclose()
+        self._clients = []
         if self.redis is not None:
             await self.redis.aclose()
 

@@ -322,12 +322,18 @@ def build_app(s: RouterServices) -> Litestar:
             router={"region": s.cfg.region, "rate_limiter": s.limiter.mode, **s.router_info()},
         )
 
+    def _check_status_access(request: Request[Any, Any, Any]) -> None:
+        if not s.cfg.public_status:
+            check_admin(request.headers.get("authorization"), s.cfg.admin_key_sha256)
+
     @get("/fleet", sync_to_thread=False)
-    def fleet() -> Response[bytes]:
+    def fleet(request: Request[Any, Any, Any]) -> Response[bytes]:
+        _check_status_access(request)
         return Response(msgspec.json.encode(_report()), media_type=MediaType.JSON)
 
     @get("/", sync_to_thread=False)
-    def status_page() -> Response[str]:
+    def status_page(request: Request[Any, Any, Any]) -> Response[str]:
+        _check_status_access(request)
         return Response(render_status(_report()), media_type=MediaType.HTML)
 
     @get("/health", sync_to_thread=False)

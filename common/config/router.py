@@ -119,3 +119,4 @@ class GlobalRouterConfig(_Base, kw_only=True):
     max_body_bytes: Annotated[int, Meta(ge=1024)] = 8 * 1024 * 1024
     rate_limits: RateLimitSettings = msgspec.field(default_factory=RateLimitSettings)
     admin_key_sha256: Annotated[str, Meta(pattern="^[0-9a-f]{64}$")] | None = None  # POST /admin/*
+    public_status: bool = True  # False: `/` and `/fleet` need the admin key too (they show gateway URLs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from tests.global_router.fleet_fixtures import MODEL
-from tests.global_router.router_harness import ADMIN_KEY, BATCH_KEY, harness
+from tests.global_router.router_harness import ADMIN_KEY, BATCH_KEY, harness, router_config
 
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 5}
 
@@ -206,3 +206,13 @@ async def test_gateway_404_from_stale_catalogue_fails_over() -> None:
         r = await h.client.post("/v1/chat/completions", json=CHAT, headers=h.headers())
         assert r.status_code == 200 and r.headers["x-fleetgate-cluster"] == "fresh"
         assert not h.router.health.is_ejected("stale")  # not a health failure
+
+
+async def test_private_status_needs_the_admin_key() -> None:
+    async with harness(["a"], router_config(publicStatus=False)) as h:
+        await h.publish("a")
+        assert (await h.client.get("/fleet")).status_code == 401
+        assert (await h.client.get("/", headers=h.headers())).status_code == 401
+        r = await h.client.get("/fleet", headers=h.headers(ADMIN_KEY))
+        assert r.status_code == 200 and r.json()["clusters"][0]["id"] == "a"
+        assert (await h.client.get("/health")).status_code == 200

@@ -27,7 +27,7 @@ from opentelemetry.propagate import extract
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from common.config.router import GlobalRouterConfig
-from common.errors import OpenAIError, error_body
+from common.errors import OpenAIError, error_body, not_found_model
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, parse_request
 from global_router.dispatch_tracker import DispatchTracker
 from global_router.failover import ClusterHealth, RetryBudget
@@ -295,8 +295,8 @@ def build_app(s: RouterServices) -> Litestar:
     async def completions(scope: Scope, receive: Receive, send: Send) -> None:
         await completion(scope, receive, send)
 
-    @get("/v1/models", sync_to_thread=False)
-    def list_models(request: Request[Any, Any, Any]) -> Response[bytes]:
+    def _models(request: Request[Any, Any, Any]) -> dict[str, dict[str, Any]]:
+        """Models of fresh clusters this tenant may use, in OpenAI's model-object shape."""
         tenant = s.tenants.authenticate(request.headers.get("authorization"))
         now = time.time()
         owners: dict[str, float] = {}
@@ -305,10 +305,22 @@ def build_app(s: RouterServices) -> Litestar:
                 for m in served_models(c):
                     owners.setdefault(m, c.received_at)
         names = s.tenants.visible_models(tenant, sorted(owners))
-        data = [
-            {"id": m, "object": "model", "created": int(owners[m]), "owned_by": "fleetgate"} for m in names
-        ]
+        return {
+            m: {"id": m, "object": "model", "created": int(owners[m]), "owned_by": "fleetgate"} for m in names
+        }
+
+    @get("/v1/models", sync_to_thread=False)
+    def list_models(request: Request[Any, Any, Any]) -> Response[bytes]:
+        data = list(_models(request).values())
         return Response(msgspec.json.encode({"object": "list", "data": data}), media_type=MediaType.JSON)
+
+    @get("/v1/models/{model_id:path}", sync_to_thread=False)
+    def retrieve_model(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Response[bytes]:
+        model = model_id.lstrip("/")
+        found = _models(request).get(model)
+        if found is None:
+            raise not_found_model(model)
+        return Response(msgspec.json.encode(found), media_type=MediaType.JSON)
 
     def _report() -> dict[str, Any]:
         s.metrics.fresh_clusters.set(sum(1 for c in s.fleet.snapshot() if s.selector.is_fresh(c)))
@@ -396,6 +408,7 @@ def build_app(s: RouterServices) -> Litestar:
             chat_completions,
             completions,
             list_models,
+            retrieve_model,
             fleet,
             status_page,
             health,

@@ -142,6 +142,10 @@ async def test_models_fleet_status_and_health() -> None:
         assert r.json()["object"] == "list" and ids == sorted([MODEL, "m1", "sql-lora"])
         r = await h.client.get("/v1/models", headers=h.headers("sk-m1"))
         assert [m["id"] for m in r.json()["data"]] == ["m1"]
+        r = await h.client.get(f"/v1/models/{MODEL}", headers=h.headers())  # ids contain slashes
+        assert r.status_code == 200 and r.json()["id"] == MODEL
+        r = await h.client.get("/v1/models/m-stale", headers=h.headers())
+        assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
         fleet = (await h.client.get("/fleet")).json()
         assert {c["id"]: c["fresh"] for c in fleet["clusters"]} == {"a": True, "b": True, "old": False}
         assert fleet["router"]["rate_limiter"] == "local"

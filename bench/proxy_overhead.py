@@ -251,6 +251,42 @@ async def throughput(pods: list[str], gw: str, gw_pid: int, concurrency: int, se
     return rows
 
 
+async def burst(pods: list[str], gw: str, n: int) -> list[Row]:
+    """`n` requests at once (half streaming): the gateway must neither drop nor stall any of them.
+
+    The same burst straight at the pods (round robin) is the reference: with tiny simulated pods
+    the pods, not the gateway, set the wall time.
+    """
+    limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
+    rows = []
+    async with httpx.AsyncClient(timeout=120, limits=limits) as c:
+
+        async def one(i: int, url: str) -> tuple[float, bool]:
+            t0 = time.perf_counter()
+            try:
+                r = await c.post(url + "/v1/chat/completions", json=body(stream=i % 2 == 0, max_tokens=8))
+                return time.perf_counter() - t0, r.status_code == 200
+            except httpx.HTTPError:
+                return time.perf_counter() - t0, False
+
+        for name, targets in (("direct to pods (round robin)", pods), ("via gateway", [gw])):
+            t0 = time.perf_counter()
+            results = await asyncio.gather(*(one(i, targets[i % len(targets)]) for i in range(n)))
+            wall = time.perf_counter() - t0
+            lat = [d for d, _ in results]
+            errors = sum(1 for _, ok in results if not ok)
+            rows.append(
+                Row(
+                    "burst",
+                    f"{n} concurrent requests, {name}",
+                    pct(lat, 50) * 1e3,
+                    pct(lat, 99) * 1e3,
+                    f"{n - errors} ok, {errors} failed, all done in {wall:.1f} s",
+                )
+            )
+    return rows
+
+
 async def extproc_pick(port: int, n: int) -> list[Row]:
     import grpc
     from envoy.config.core.v3 import base_pb2
@@ -440,6 +476,7 @@ async def run(quick: bool) -> list[Row]:
                 await asyncio.sleep(0.05)
         rows += await added_latency(pods, gw, n)
         rows += await throughput(pods, gw, gw_pid, concurrency=32, seconds=seconds)
+        rows += await burst(pods, gw, 300 if quick else 1000)
         rows += await extproc_pick(extproc_port, n)
         rows += await via_envoy(pods, extproc_port, n // 2)
     rows += await frameworks(n)

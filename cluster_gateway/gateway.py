@@ -156,6 +156,9 @@ class ClusterGateway:
                 log_level="warning",
                 access_log=False,
                 timeout_graceful_shutdown=5,
+                # Longer than common load-balancer idle timeouts (60 s), so an LB never reuses a
+                # connection the gateway is just closing (the classic keep-alive race → 502s).
+                timeout_keep_alive=75,
                 backlog=4096,
             )
             self._server = _EmbeddedServer(config)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from cluster_gateway.extproc.messages import LB_METADATA_NAMESPACE
 from cluster_gateway.proxy.headers import DESTINATION_HEADER
 
 
@@ -24,8 +25,16 @@ def envoy_bootstrap(
     body_mode: str = "FULL_DUPLEX_STREAMED",
     message_timeout_s: float = 30.0,
     upstream_timeout_s: float = 600.0,
+    pods: list[tuple[str, int]] | None = None,
+    retries: int = 2,
 ) -> dict[str, Any]:
-    """A static Envoy config (as a dict; dump it as YAML or JSON for `envoy -c`)."""
+    """A static Envoy config (as a dict; dump it as YAML or JSON for `envoy -c`).
+
+    Without `pods`, the upstream is an ORIGINAL_DST cluster that goes wherever the picker's header
+    says. With `pods` (host, port) it is a STATIC cluster of those pods using the `override_host`
+    load-balancing policy: the picker's choice first, then its ranked fallbacks from the `envoy.lb`
+    metadata on connect-failure retries (in Kubernetes the pods would come from EDS instead).
+    """
     full_duplex = body_mode == "FULL_DUPLEX_STREAMED"
     ext_proc = {
         "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
@@ -45,6 +54,12 @@ def envoy_bootstrap(
             "response_trailer_mode": "SEND",
         },
     }
+    route: dict[str, Any] = {"cluster": "model-servers", "timeout": f"{upstream_timeout_s}s"}
+    if pods:
+        route["retry_policy"] = {
+            "retry_on": "connect-failure,reset-before-request,refused-stream",
+            "num_retries": retries,
+        }
     hcm = {
         "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
         "stat_prefix": "inference",
@@ -58,7 +73,7 @@ def envoy_bootstrap(
                     "routes": [
                         {
                             "match": {"prefix": "/"},
-                            "route": {"cluster": "model-servers", "timeout": f"{upstream_timeout_s}s"},
+                            "route": route,
                         }
                     ],
                 }
@@ -91,16 +106,7 @@ def envoy_bootstrap(
                 }
             ],
             "clusters": [
-                {
-                    "name": "model-servers",
-                    "type": "ORIGINAL_DST",
-                    "lb_policy": "CLUSTER_PROVIDED",
-                    "connect_timeout": "2s",
-                    "original_dst_lb_config": {
-                        "use_http_header": True,
-                        "http_header_name": DESTINATION_HEADER,
-                    },
-                },
+                _pods_cluster(pods),
                 {
                     "name": "fleetgate-picker",
                     "type": "STATIC",
@@ -131,6 +137,62 @@ def envoy_bootstrap(
                         ],
                     },
                 },
+            ],
+        },
+    }
+
+
+def _pods_cluster(pods: list[tuple[str, int]] | None) -> dict[str, Any]:
+    if not pods:
+        return {
+            "name": "model-servers",
+            "type": "ORIGINAL_DST",
+            "lb_policy": "CLUSTER_PROVIDED",
+            "connect_timeout": "2s",
+            "original_dst_lb_config": {"use_http_header": True, "http_header_name": DESTINATION_HEADER},
+        }
+    override_host = {
+        "@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost",
+        "override_host_sources": [
+            {"metadata": {"key": LB_METADATA_NAMESPACE, "path": [{"key": DESTINATION_HEADER}]}},
+            {"header": DESTINATION_HEADER},
+        ],
+        "fallback_policy": {
+            "policies": [
+                {
+                    "typed_extension_config": {
+                        "name": "envoy.load_balancing_policies.round_robin",
+                        "typed_config": {
+                            "@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin"
+                        },
+                    }
+                }
+            ]
+        },
+    }
+    return {
+        "name": "model-servers",
+        "type": "STATIC",
+        "connect_timeout": "2s",
+        "load_balancing_policy": {
+            "policies": [
+                {
+                    "typed_extension_config": {
+                        "name": "envoy.load_balancing_policies.override_host",
+                        "typed_config": override_host,
+                    }
+                }
+            ]
+        },
+        "load_assignment": {
+            "cluster_name": "model-servers",
+            "endpoints": [
+                {
+                    "lb_endpoints": [
+                        {"endpoint": {"address": {"socket_address": {"address": host, "port_value": port}}}}
+                        for host, port in pods
+                    ]
+                }
             ],
         },
     }

@@ -41,12 +41,7 @@ if ENVOY is None:
 
 
 @contextlib.asynccontextmanager
-async def envoy_in_front(gw: ClusterGateway, tmp: Path) -> AsyncIterator[str]:
-    listen, admin = free_port(), free_port()
-    cfg = tmp / "envoy.json"
-    cfg.write_text(
-        json.dumps(envoy_bootstrap(listen_port=listen, extproc_port=gw.extproc_port, admin_port=admin))
-    )
+async def envoy_process(cfg: Path, admin: int, tmp: Path) -> AsyncIterator[None]:
     log = (tmp / "envoy.log").open("w")
     assert ENVOY is not None
     proc = subprocess.Popen(  # noqa: ASYNC220  (starting a process does not block; waiting is polled)
@@ -65,7 +60,7 @@ async def envoy_in_front(gw: ClusterGateway, tmp: Path) -> AsyncIterator[str]:
                 await asyncio.sleep(0.05)
             else:
                 raise AssertionError("envoy never became ready")
-        yield f"http://127.0.0.1:{listen}"
+        yield
     finally:
         proc.terminate()
         try:
@@ -74,6 +69,17 @@ async def envoy_in_front(gw: ClusterGateway, tmp: Path) -> AsyncIterator[str]:
             proc.kill()
             proc.wait()
         log.close()
+
+
+@contextlib.asynccontextmanager
+async def envoy_in_front(gw: ClusterGateway, tmp: Path) -> AsyncIterator[str]:
+    listen, admin = free_port(), free_port()
+    cfg = tmp / "envoy.json"
+    cfg.write_text(
+        json.dumps(envoy_bootstrap(listen_port=listen, extproc_port=gw.extproc_port, admin_port=admin))
+    )
+    async with envoy_process(cfg, admin, tmp):
+        yield f"http://127.0.0.1:{listen}"
 
 
 @contextlib.asynccontextmanager
@@ -188,3 +194,50 @@ async def test_a_large_prompt_streams_through_the_picker_intact(tmp_path: Path) 
         assert r.status_code == 200, r.text
         assert r.json()["usage"]["prompt_tokens"] == count_tokens(prompt)
         await until_released(gw)
+
+
+async def test_override_host_mode_fails_over_to_the_pickers_ranked_fallbacks(tmp_path: Path) -> None:
+    """STATIC pod cluster + override_host LB: the picked pod is dead, Envoy retries the `envoy.lb` fallbacks."""
+    specs = [PodSpec(profile="tiny") for _ in range(3)]
+    slow = {"intervalMs": 5000, "maxStalenessMs": 20000}  # the pool keeps believing the dead pod is fine
+    async with SimFleet(specs) as fleet:
+        gw = ClusterGateway(
+            gateway_spec(fleet.urls, extProc={"enabled": True}, scrape=slow), port=0, extproc_port=0
+        )
+        await gw.start()
+        try:
+            await wait_ready(gw, len(specs))
+            pods = [(p.endpoint.address, p.endpoint.port) for p in gw.pool.pods()]
+            listen, admin = free_port(), free_port()
+            cfg = tmp_path / "envoy.json"
+            cfg.write_text(
+                json.dumps(
+                    envoy_bootstrap(
+                        listen_port=listen, extproc_port=gw.extproc_port, admin_port=admin, pods=pods
+                    )
+                )
+            )
+            async with (
+                envoy_process(cfg, admin, tmp_path),
+                httpx.AsyncClient(base_url=f"http://127.0.0.1:{listen}", timeout=30) as envoy,
+            ):
+                rs = [await envoy.post("/v1/chat/completions", json=chat(f"w{i}")) for i in range(6)]
+                assert [r.status_code for r in rs] == [200] * 6
+                for other in fleet.urls[1:]:  # make pod 0 the picker's first choice ...
+                    for _ in range(20):
+                        gw.pool.acquire(other)
+                fleet.set_fault(0, "crash")  # ... and kill it
+                before = served_requests(fleet, 1) + served_requests(fleet, 2)
+                rs = [await envoy.post("/v1/chat/completions", json=chat(f"f{i}")) for i in range(6)]
+                assert [r.status_code for r in rs] == [200] * 6, [r.text for r in rs]
+                assert served_requests(fleet, 1) + served_requests(fleet, 2) == before + 6
+                async with httpx.AsyncClient() as plain:
+                    stats = (await plain.get(f"http://127.0.0.1:{admin}/stats")).text
+                retried = [
+                    ln
+                    for ln in stats.splitlines()
+                    if ln.startswith("cluster.model-servers.upstream_rq_retry_success:")
+                ]
+                assert retried and int(retried[0].split()[-1]) >= 6  # each one was a failover, not luck
+        finally:
+            await gw.stop()

@@ -52,7 +52,7 @@ def _pool(n: int, rng: random.Random) -> EndpointPool:
         for i in range(n)
     )
     for p in pool.pods():
-        pool.set_models(p.name, [MODEL, *ADAPTERS])
+        pool.set_catalog(p.name, [MODEL], dict.fromkeys(ADAPTERS, MODEL))  # as vLLM lists them
     _scrape(pool, rng)
     return pool
 

@@ -7,6 +7,7 @@ the scheduler reads snapshots and the proxy counts in-flight requests. Nothing h
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -57,7 +58,11 @@ class PodState:
     metrics: PodMetrics | None = None
     consecutive_failures: int = 0
     stale: bool = True  # until the first good scrape
-    models: frozenset[str] = frozenset()  # base model + adapters from the pod's /v1/models
+    models: frozenset[str] = frozenset()  # every name the pod serves: base_models | adapters
+    base_models: frozenset[str] = frozenset()  # from /v1/models: entries without a parent
+    adapters: frozenset[str] = frozenset()  # from /v1/models: LoRA adapters (entries with a parent)
+    adapter_parents: Mapping[str, str] = field(default_factory=dict)  # adapter → base, as the pod says
+    catalog_exact: bool = False  # the pod itself told base models from adapters (`set_catalog`)
     inflight: int = 0  # requests this gateway has sent and not yet finished
     dispatched_since_scrape: int = 0  # sent since the last good scrape (a burst guard)
 
@@ -71,12 +76,56 @@ class PodState:
         return (now if now is not None else time.monotonic()) - self.metrics.scraped_at
 
 
+class ModelCatalog:
+    """Pool-wide view of the pods' catalogs: how many pods list each name as a base model and as a
+    LoRA adapter. Kept in step with every catalog change, so a scheduling decision learns whether
+    its model is an adapter in O(1) instead of a pass over the pool."""
+
+    def __init__(self) -> None:
+        self._bases: Counter[str] = Counter()
+        self._adapters: Counter[str] = Counter()
+        self._inexact = 0  # pods listing names without telling base models from adapters
+
+    def is_adapter(self, name: str) -> bool:
+        """Some pod lists `name` as a LoRA adapter."""
+        return name in self._adapters
+
+    def is_base_model(self, name: str) -> bool:
+        """Some pod lists `name` without a parent (or without saying: `set_models`)."""
+        return name in self._bases
+
+    @property
+    def exact(self) -> bool:
+        """Every pod with a known list told base models from adapters; when False, engine LoRA
+        gauges are the only other evidence of which names are adapters."""
+        return self._inexact == 0
+
+    def base_models(self) -> set[str]:
+        return set(self._bases)
+
+    def adapters(self) -> set[str]:
+        return set(self._adapters)
+
+    def tally(self, pod: PodState, step: int) -> None:
+        """Count `pod`'s catalog in (+1) or out (-1); called by `EndpointPool` on every change."""
+        for counter, names in ((self._bases, pod.base_models), (self._adapters, pod.adapters)):
+            for n in names:
+                c = counter[n] + step
+                if c > 0:
+                    counter[n] = c
+                else:
+                    del counter[n]
+        if pod.models and not pod.catalog_exact:
+            self._inexact += step
+
+
 class EndpointPool:
     """The gateway's single source of truth about pods; cheap, lock-free (one event loop)."""
 
     def __init__(self) -> None:
         self._pods: dict[str, PodState] = {}
         self.version = 0  # bumps on membership change
+        self.catalog = ModelCatalog()
 
     # --- discovery side -------------------------------------------------
     def set_endpoints(self, endpoints: Iterable[Endpoint]) -> None:
@@ -84,7 +133,7 @@ class EndpointPool:
         new = {e.name: e for e in endpoints}
         for name in list(self._pods):
             if name not in new:
-                del self._pods[name]
+                self.catalog.tally(self._pods.pop(name), -1)
         for name, ep in new.items():
             cur = self._pods.get(name)
             if cur is None:
@@ -102,7 +151,9 @@ class EndpointPool:
         self.version += 1
 
     def remove(self, name: str) -> None:
-        if self._pods.pop(name, None) is not None:
+        pod = self._pods.pop(name, None)
+        if pod is not None:
+            self.catalog.tally(pod, -1)
             self.version += 1
 
     # --- scraper side ---------------------------------------------------
@@ -124,9 +175,45 @@ class EndpointPool:
             pod.stale = True
 
     def set_models(self, name: str, models: Iterable[str]) -> None:
+        """Served names with no base/adapter information: all count as base models, and the pod's
+        catalog is not exact (consumers may still learn adapters from engine LoRA gauges)."""
+        self._set(name, frozenset(models), frozenset(), {}, exact=False)
+
+    def set_catalog(
+        self, name: str, base_models: Iterable[str], adapters: Mapping[str, str] | Iterable[str]
+    ) -> None:
+        """The pod's exact catalog: its base models and its LoRA adapters (a mapping gives each
+        adapter's parent base model, as vLLM's `/v1/models` does)."""
+        parents = dict(adapters) if isinstance(adapters, Mapping) else {}
+        lora = frozenset(adapters)
+        self._set(name, frozenset(base_models) - lora, lora, parents, exact=True)
+
+    def _set(
+        self,
+        name: str,
+        bases: frozenset[str],
+        adapters: frozenset[str],
+        parents: dict[str, str],
+        *,
+        exact: bool,
+    ) -> None:
         pod = self._pods.get(name)
-        if pod is not None:
-            pod.models = frozenset(models)
+        if pod is None:
+            return
+        if (
+            pod.base_models == bases
+            and pod.adapters == adapters
+            and pod.catalog_exact == exact
+            and pod.adapter_parents == parents
+        ):
+            return  # the usual periodic refresh: nothing changed
+        self.catalog.tally(pod, -1)
+        pod.base_models = bases
+        pod.adapters = adapters
+        pod.models = bases | adapters
+        pod.adapter_parents = parents
+        pod.catalog_exact = exact
+        self.catalog.tally(pod, +1)
 
     # --- proxy side -----------------------------------------------------
     def acquire(self, name: str) -> None:

@@ -1,11 +1,14 @@
 """The pool, folded into one capacity report per base model for Tier 2. Pure: no I/O.
 
-Base models vs adapters. `/v1/models` ids reach `PodState.models` without their parent, so they
-are classified (`classify_models`), relying on a model server serving one base model per pod:
-1. a name any engine in the pool reports as a LoRA adapter (running or waiting) is an adapter;
+Base models vs adapters come from each pod's catalog (`PodState.base_models` / `adapters`, parsed
+from `/v1/models`, where vLLM gives every adapter its `parent`): a pod counts for each of its base
+models, and an adapter sits under its parent (under every base of the pod when the parent is not
+one of them). Only pods whose list did not tell adapters apart (`catalog_exact` False) are
+classified by rule, relying on a model server serving one base model per pod:
+1. a name some pod's catalog or any engine (running or waiting) reports as a LoRA adapter is one;
 2. a pod left with a single other name has that name as its base model;
-3. a pod left with several names whose only known base (from step 2 on other pods) is one of them
-   has that base, and the rest are adapters;
+3. a pod left with several names whose only known base (from its catalog or step 2 on other pods)
+   is one of them has that base, and the rest are adapters;
 4. otherwise (e.g. every pod lists the same idle adapters, or aliases) each remaining name is
    reported as a model of its own: Tier 2 still routes correctly, since "served" means listed as a
    model or as an adapter, and the names fold under their base once an engine reports them.
@@ -105,27 +108,58 @@ def is_saturated(pod: PodState, saturation: Saturation) -> bool:
 
 
 def known_adapters(pods: Iterable[PodState]) -> set[str]:
+    """Names listed as adapters by a pod's catalog or reported as running/waiting LoRA by an engine."""
     names: set[str] = set()
     for pod in pods:
+        names |= pod.adapters
         if pod.metrics is not None:
             names |= pod.metrics.running_adapters | pod.metrics.waiting_adapters
     return names
 
 
-def classify_models(pods: list[PodState]) -> tuple[dict[str, list[str]], set[str]]:
-    """Per pod its base model(s), and the pool's adapter names (the rule in the module docstring)."""
+def classify_models(pods: list[PodState]) -> dict[str, dict[str, set[str]]]:
+    """Per pod: each base model it serves → the adapters it serves on that base (module docstring).
+
+    Pods whose models are unknown map to {}; `build_report` decides what they count for.
+    """
+    out: dict[str, dict[str, set[str]]] = {}
+    inexact = [p for p in pods if p.models and not p.catalog_exact]
+    for pod in pods:
+        if pod.catalog_exact and pod.models:
+            out[pod.name] = _exact_bases(pod)
+        else:
+            out[pod.name] = {}
+    if not inexact:
+        return out
     adapters = known_adapters(pods)
-    candidates = {p.name: p.models - adapters for p in pods}
-    known_bases = {next(iter(c)) for c in candidates.values() if len(c) == 1}
-    bases_by_pod: dict[str, list[str]] = {}
-    for name, cands in candidates.items():
+    candidates = {p.name: p.models - adapters for p in inexact}
+    known_bases = {b for p in pods if p.catalog_exact for b in p.base_models}
+    known_bases |= {next(iter(c)) for c in candidates.values() if len(c) == 1}
+    for pod in inexact:
+        cands = candidates[pod.name]
+        listed = pod.models & adapters
         if len(cands) > 1:
             hits = cands & known_bases
             if len(hits) == 1:
-                adapters |= cands - hits
+                listed |= cands - hits
                 cands = hits
-        bases_by_pod[name] = sorted(cands)
-    return bases_by_pod, adapters
+        out[pod.name] = {base: set(listed) for base in cands}
+    return out
+
+
+def _exact_bases(pod: PodState) -> dict[str, set[str]]:
+    parents = pod.adapter_parents
+    bases: dict[str, set[str]] = {b: set() for b in pod.base_models}
+    if not bases:  # only adapters listed: their parents are the pod's base models
+        bases = {parents[a]: set() for a in pod.adapters if a in parents}
+    for adapter in pod.adapters:
+        parent = parents.get(adapter)
+        if parent is not None and parent in bases:
+            bases[parent].add(adapter)
+        else:
+            for names in bases.values():
+                names.add(adapter)
+    return bases
 
 
 def _pod_view(pod: PodState, saturation: Saturation, svc: ServiceModel) -> _PodView:
@@ -217,22 +251,21 @@ def build_report(
     overrides the gateway URL derived from the spec (e.g. the port actually bound)."""
     now = time.monotonic() if now is None else now
     pods = pool.pods()
-    bases_by_pod, adapters = classify_models(pods)
+    bases_by_pod = classify_models(pods)
     all_bases = {b for bases in bases_by_pod.values() for b in bases}
-    sole_base = next(iter(all_bases)) if len(all_bases) == 1 else None
+    sole_base = {next(iter(all_bases)): set[str]()} if len(all_bases) == 1 else {}
     max_staleness_s = spec.scrape.max_staleness_ms / 1000.0
 
     per_model: dict[str, _ModelAgg] = {name: _ModelAgg() for name in all_bases}
     for pod in pods:
-        bases = bases_by_pod[pod.name] or ([sole_base] if sole_base and not pod.models else [])
+        bases = bases_by_pod[pod.name] or (sole_base if not pod.models else {})
         if not bases or not is_ready(pod, max_staleness_s, now):
             continue
         view = _pod_view(pod, saturation, service)
-        listed_adapters = pod.models & adapters
-        for base in bases:
+        for base, adapters in bases.items():
             agg = per_model[base]
             agg.pods.append(view)
-            agg.adapters_available |= listed_adapters
+            agg.adapters_available |= adapters
 
     report = capacity_pb2.CapacityReport(
         cluster_id=spec.cluster_id,
@@ -256,9 +289,9 @@ def build_report(
 
 def significant_state(
     pool: EndpointPool, saturation: Saturation, max_staleness_s: float, now: float | None = None
-) -> frozenset[tuple[str, bool, bool, frozenset[str]]]:
-    """What changes Tier 2's decisions: per pod, ready / saturated / served models. An agent sends
-    an early report when this differs from the value at its last report."""
+) -> frozenset[tuple[str, bool, bool, frozenset[str], frozenset[str]]]:
+    """What changes Tier 2's decisions: per pod, ready / saturated / served models and which of them
+    are adapters. An agent sends an early report when this differs from the value at its last report."""
     now = time.monotonic() if now is None else now
     return frozenset(
         (
@@ -266,6 +299,7 @@ def significant_state(
             ready := is_ready(pod, max_staleness_s, now),
             ready and is_saturated(pod, saturation),
             pod.models,
+            pod.adapters,
         )
         for pod in pool.pods()
     )

@@ -12,7 +12,6 @@ keep-alive HTTP client (`fetch.KeepAliveFetcher`) and a parse of only the needed
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 import time
@@ -23,6 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from cluster_gateway.metrics.engines import read_pod_sample
 from cluster_gateway.metrics.fetch import Fetcher, FetchError, HttpxFetcher, KeepAliveFetcher
 from cluster_gateway.metrics.prefix_window import PrefixHitWindow
+from cluster_gateway.metrics.served_models import ServedModels, parse_models_list, parse_tgi_info
 from cluster_gateway.pool import Endpoint, EndpointPool, EngineType
 from common.config.gateway import Scrape
 
@@ -251,25 +251,26 @@ class Scraper:
         if pod is None:
             return False
         try:
-            ids = await self._served_models(pod.endpoint)
+            served = await self._served_models(pod.endpoint)
         except (FetchError, ValueError, KeyError, TypeError) as exc:
             self.metrics.models_failures.inc()
             log.debug("models refresh failed: %s", exc, extra={"pod": name})
             return False
-        self._pool.set_models(name, ids)
+        if served.exact:
+            self._pool.set_catalog(name, served.base_models, served.adapters)
+        else:
+            self._pool.set_models(name, served.base_models)
         return True
 
-    async def _served_models(self, endpoint: Endpoint) -> list[str]:
-        """Model ids from the OpenAI `/v1/models` list; TGI without it answers `/info` instead."""
+    async def _served_models(self, endpoint: Endpoint) -> ServedModels:
+        """Base models and adapters from the OpenAI `/v1/models` list; TGI without it answers `/info`."""
         try:
             body = await self._fetch(endpoint, "/v1/models", "models")
         except FetchError as exc:
             if exc.status != 404:
                 raise
-            info = json.loads(await self._fetch(endpoint, "/info", "models"))
-            return [str(info["model_id"])]
-        data = json.loads(body)["data"]
-        return [str(entry["id"]) for entry in data]
+            return parse_tgi_info(await self._fetch(endpoint, "/info", "models"))
+        return parse_models_list(body)
 
 
 __all__ = ["Scraper", "ScraperMetrics"]

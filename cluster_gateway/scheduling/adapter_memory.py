@@ -22,12 +22,12 @@ class AdapterMemory:
         self._seen: dict[str, dict[str, float]] = {}
         self._verdicts: dict[str, tuple[float, bool]] = {}
 
-    def is_adapter(self, model: str, pods: list[PodState], now: float) -> bool:
+    def engine_reports_adapter(self, model: str, pods: list[PodState], now: float) -> bool:
         """Whether any engine among `pods` reports `model` as a LoRA adapter (running or waiting).
 
-        `/v1/models` ids do not say which is the base model, so the engines' own LoRA gauges decide;
-        an adapter nobody runs yet routes like a base model until a scrape shows it. The verdict is
-        reused for `EVIDENCE_TTL_S` rather than rescanned on every decision.
+        The fallback for pools where some pod's `/v1/models` did not say which names are adapters
+        (the pool catalog decides otherwise). The verdict is reused for `EVIDENCE_TTL_S` rather than
+        rescanned on every decision.
         """
         hit = self._verdicts.get(model)
         if hit is not None and now - hit[0] <= EVIDENCE_TTL_S:

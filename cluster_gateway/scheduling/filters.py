@@ -9,11 +9,12 @@ from common.errors import not_found_model
 
 
 class ModelFilter:
-    """Pods that serve the requested model or adapter.
+    """Pods that serve the requested model or adapter: those whose `/v1/models` lists it.
 
-    A pod whose model list has not been fetched yet (it just joined) is assumed to serve the base
-    models its peers serve, so scale-up capacity takes traffic at once; when no pod's list is known
-    (gateway cold start) every pod is a candidate and the pod itself answers for the model.
+    A pod whose list has not been fetched yet (it just joined) is assumed to serve the base models
+    its peers list, so scale-up capacity takes traffic at once; it is never assumed to hold an
+    adapter (a model some pod lists as a LoRA adapter), since it would answer 404. When no pod's list
+    is known (gateway cold start) every pod is a candidate and the pod itself answers for the model.
     """
 
     name = "model"
@@ -22,25 +23,21 @@ class ModelFilter:
         model = ctx.request.model
         out = [p for p in pods if model in p.models]
         if len(out) < len(pods):
-            unknown = [p for p in pods if not p.models]
-            if unknown and (len(unknown) == len(pods) or model in _peer_base_models(pods)):
-                out.extend(unknown)
+            if out:
+                if _peer_base_model(ctx, pods, model):
+                    out.extend(p for p in pods if not p.models)
+            elif all(not p.models for p in pods):
+                out = pods
         if not out:
             raise not_found_model(model)
         return out
 
 
-def _peer_base_models(pods: list[PodState]) -> set[str]:
-    """Models listed by pods, minus those any engine reports as a LoRA adapter."""
-    models: set[str] = set()
-    adapters: set[str] = set()
-    for p in pods:
-        models.update(p.models)
-        m = p.metrics
-        if m is not None:
-            adapters.update(m.running_adapters)
-            adapters.update(m.waiting_adapters)
-    return models - adapters
+def _peer_base_model(ctx: SchedulingContext, pods: list[PodState], model: str) -> bool:
+    """Some pod lists `model` and it is not a LoRA adapter. O(1) with the pool catalog."""
+    cat = ctx.catalog
+    listed = cat.is_base_model(model) if cat is not None else any(model in p.base_models for p in pods)
+    return listed and not ctx.is_adapter_request(pods)
 
 
 class HealthyFilter:

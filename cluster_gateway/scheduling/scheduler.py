@@ -122,6 +122,7 @@ class Scheduler:
             adapters=self.adapters,
             pool_positions=self._positions,
             pool_version=self._seen_version,
+            catalog=self._pool.catalog,
         )
         serving = pods
         for f in plan.filters:

@@ -177,7 +177,7 @@ class PrefixHomeScorer:
         n = len(pods)
         out = [0.0] * n
         key = prefix_key(ctx.request.prompt_text, ctx.block_chars, self.home_blocks)
-        if key is None or ctx.adapters.is_adapter(ctx.request.model, pods, ctx.now):
+        if key is None or ctx.is_adapter_request(pods):
             return out
         fade = 1.0 / (PrefixScorer.fade_depths * ctx.profile.queue_depth)
         kvt = ctx.profile.kv_usage
@@ -212,16 +212,15 @@ class LoraScorer:
     """LoRA affinity: resident (or just sent there by this gateway) 1.0, free slot 0.8, queued for it
     0.6, must evict 0.0; 1.0 everywhere for a base-model request.
 
-    An adapter is recognised by an engine reporting it (running or waiting) among the candidates
-    (`AdapterMemory.is_adapter`); a model nobody reports yet routes like a base model until the first
-    scrape after it starts running.
+    An adapter is what some pod's `/v1/models` lists as one (`SchedulingContext.is_adapter_request`),
+    so even its first request, before any pod has it resident, scores free slots above evictions.
     """
 
     name = "lora"
 
     def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
         model = ctx.request.model
-        if not ctx.adapters.is_adapter(model, pods, ctx.now):
+        if not ctx.is_adapter_request(pods):
             return [1.0] * len(pods)
         now = ctx.now
         recent = ctx.adapters.recent

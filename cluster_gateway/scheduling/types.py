@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from cluster_gateway.pool import PodState
+from cluster_gateway.pool import ModelCatalog, PodState
 from cluster_gateway.scheduling.prefix_index import block_hashes
 from common.openai_request import ParsedRequest
 from common.tokens import count_tokens
@@ -99,6 +99,30 @@ class SchedulingContext:
     memo: dict[str, Any] = field(default_factory=dict)
     pool_positions: dict[str, int] = field(default_factory=dict)  # pod name → index in pool order
     pool_version: int = -1  # EndpointPool.version those positions belong to
+    catalog: ModelCatalog | None = None  # the pool's base-model/adapter catalog (None: read the pods)
+    _adapter_request: bool | None = field(default=None, repr=False)
+
+    def is_adapter_request(self, pods: list[PodState]) -> bool:
+        """Whether the requested model is a LoRA adapter, decided once per decision.
+
+        A pod listing it as an adapter in `/v1/models` settles it from the first request on, before
+        any engine runs it. Only while some pod's list did not tell adapters apart are the engines'
+        LoRA gauges (running or waiting) consulted as well.
+        """
+        v = self._adapter_request
+        if v is None:
+            model = self.request.model
+            cat = self.catalog
+            if cat is not None:
+                v = cat.is_adapter(model)
+                exact = cat.exact
+            else:
+                v = any(model in p.adapters for p in pods)
+                exact = all(p.catalog_exact or not p.models for p in pods)
+            if not v and not exact:
+                v = self.adapters.engine_reports_adapter(model, pods, self.now)
+            self._adapter_request = v
+        return v
 
     def block_hashes(self) -> tuple[int, ...]:
         return self.request.block_hashes(self.block_chars, self.max_prefix_blocks)

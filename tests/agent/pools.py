@@ -38,6 +38,7 @@ def add_pod(
     name: str,
     *,
     models: set[str],
+    catalog: dict[str, str] | None = None,
     waiting: int = 0,
     running: int = 0,
     kv: float | None = 0.1,
@@ -49,7 +50,10 @@ def add_pod(
 ) -> None:
     port = 9000 + len(pool)
     pool.upsert(Endpoint(name=name, address="127.0.0.1", port=port))
-    pool.set_models(name, models)
+    if catalog is None:
+        pool.set_models(name, models)  # no parent info: the agent classifies by rule
+    else:  # exact: `models` are base models, `catalog` maps each adapter to its parent
+        pool.set_catalog(name, models, catalog)
     if scraped:
         pool.record_scrape(
             name,

@@ -30,6 +30,7 @@ def add_pod(
     kv: float | None = 0.1,
     engine: EngineType = "vllm",
     models: Iterable[str] = (MODEL,),
+    adapters: Iterable[str] | None = None,
     running_adapters: Iterable[str] = (),
     waiting_adapters: Iterable[str] = (),
     max_lora: int = 0,
@@ -63,7 +64,11 @@ def add_pod(
                 scraped_at=now - age,
             ),
         )
-    pool.set_models(name, models)
+    if adapters is None:
+        pool.set_models(name, models)  # no parent info, like a list without `parent` keys
+    else:  # the pod's exact catalog: `models` are its base models, `adapters` sit on the first
+        bases = list(models)
+        pool.set_catalog(name, bases, dict.fromkeys(adapters, bases[0] if bases else MODEL))
     pod.inflight = inflight
     pod.dispatched_since_scrape = dispatched
     pod.consecutive_failures = failures

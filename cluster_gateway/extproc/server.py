@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
 import grpc
-import msgspec
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
@@ -29,6 +28,7 @@ from cluster_gateway.observability import CANCELLED, OK, REJECTED, SHED, UPSTREA
 from cluster_gateway.pool import EndpointPool, PodState
 from cluster_gateway.proxy.dispatch import Dispatcher, Pick
 from cluster_gateway.proxy.headers import DESTINATION_HEADER, is_internal
+from cluster_gateway.proxy.models_list import models_listing
 from common.config.gateway import ExtProc
 from common.errors import OpenAIError, bad_request
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, parse_request
@@ -176,13 +176,7 @@ class PickerService(pb_grpc.ExternalProcessorServicer):
     def _non_inference(self, st: _Stream, method: str) -> pb.ProcessingResponse:
         """Answer what the pool itself knows; the picker never routes non-inference paths blindly."""
         if st.path == "/v1/models" and method == "GET":
-            models: set[str] = set()
-            for p in self.pool.pods():
-                models |= p.models
-            data = [
-                {"id": m, "object": "model", "created": 0, "owned_by": "fleetgate"} for m in sorted(models)
-            ]
-            return msg.immediate(200, msgspec.json.encode({"object": "list", "data": data}))
+            return msg.immediate(200, models_listing(self.pool))
         err = OpenAIError(
             404, f"Unknown path {method} {st.path}", code="unknown_url", type="invalid_request_error"
         )

@@ -23,6 +23,7 @@ from cluster_gateway.pool import EndpointPool
 from cluster_gateway.proxy.dispatch import Dispatcher
 from cluster_gateway.proxy.forward import Forwarder, NoPodAnswered
 from cluster_gateway.proxy.headers import client_headers, upstream_request_headers
+from cluster_gateway.proxy.models_list import models_listing
 from common.config.gateway import Proxy
 from common.errors import OpenAIError
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, ParsedRequest, parse_request
@@ -222,11 +223,7 @@ class ProxyApp:
 
     # --- control endpoints ----------------------------------------------
     async def _models(self, scope: Scope, receive: Receive, send: Send) -> None:
-        models: set[str] = set()
-        for pod in self.pool.pods():
-            models |= pod.models
-        data = [{"id": m, "object": "model", "created": 0, "owned_by": "fleetgate"} for m in sorted(models)]
-        await send_json(send, 200, msgspec.json.encode({"object": "list", "data": data}))
+        await send_json(send, 200, models_listing(self.pool))
 
     async def _health(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send_json(send, 200, b'{"status":"ok"}')

@@ -39,8 +39,10 @@ async def test_bad_json_unknown_model_oversize_body_and_bad_fields() -> None:
 
 async def test_models_health_ready_and_metrics() -> None:
     async with running([tiny(adapters=["sql-lora"]), tiny()]) as (_fleet, _gw, c):
-        ids = [m["id"] for m in (await c.get("/v1/models")).json()["data"]]
-        assert ids == sorted({MODEL, "sql-lora"})
+        data = {m["id"]: m for m in (await c.get("/v1/models")).json()["data"]}
+        assert sorted(data) == sorted({MODEL, "sql-lora"})
+        assert data["sql-lora"]["parent"] == MODEL  # adapters keep vLLM's parent marker
+        assert "parent" not in data[MODEL]
         assert (await c.get("/health")).status_code == 200
         ready = await c.get("/ready")
         assert ready.status_code == 200 and ready.json()["readyPods"] == 2

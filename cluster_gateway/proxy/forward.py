@@ -2,7 +2,8 @@
 
 Nothing admitted is lost: while no byte has reached the client, a pod that refuses the connection,
 times out connecting or drops it without answering is skipped for the next-ranked pod (up to
-`proxy.maxAttempts`), and one 5xx/429 answer is retried on another pod. Once bytes flow, the
+`proxy.maxAttempts`), and one 5xx/429 answer is retried on another pod; a pod that refused a
+connection is tried last for a couple of seconds, until the scraper catches up. Once bytes flow, the
 stream is passed through chunk by chunk (`aiter_raw`, no buffering or re-encoding).
 """
 
@@ -50,6 +51,9 @@ class NoPodAnswered(OpenAIError):
     """Every attempt failed before any byte reached the client (503)."""
 
 
+UNREACHABLE_HOLD_S = 2.0
+
+
 def _retryable_status(status: int) -> bool:
     return status >= 500 or status == 429
 
@@ -69,10 +73,24 @@ class Forwarder:
         self.metrics = metrics
         self.max_attempts = max_attempts
         self.debug_headers = debug_headers
+        # Pods that just failed to connect, until when: tried last meanwhile. A dead pod IP can cost
+        # a full connect timeout per request; the scraper needs a few intervals to mark it stale.
+        self._unreachable: dict[str, float] = {}
+
+    def _ranked(self, pods: list[PodState]) -> list[PodState]:
+        if not self._unreachable:
+            return pods
+        now = time.monotonic()
+        for name, until in list(self._unreachable.items()):
+            if until <= now:
+                del self._unreachable[name]
+        if not self._unreachable:
+            return pods
+        return sorted(pods, key=lambda p: p.name in self._unreachable)  # stable: order kept otherwise
 
     async def forward(self, pick: Pick, path: str, body: bytes, headers: dict[str, str], send: Send) -> None:
         """Deliver the request to the first pod that answers; raises OpenAIError if none does."""
-        pods = pick.pods
+        pods = self._ranked(pick.pods)
         attempts = min(self.max_attempts, len(pods))
         status_retry_left = 1
         last_error = "no pod was tried"
@@ -97,6 +115,8 @@ class Forwarder:
                         resp = await client.send(req, stream=True)
                     except _NOT_ANSWERED as exc:
                         last_error = f"{pod.name}: {type(exc).__name__}"
+                        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+                            self._unreachable[pod.name] = time.monotonic() + UNREACHABLE_HOLD_S
                         span.set_attribute("fleetgate.error", last_error)
                         self.metrics.retries.labels("connect").inc()
                         log.info("pod %s did not answer (%s); trying the next pod", pod.name, exc)

@@ -28,6 +28,17 @@ async def test_connection_refused_is_retried_on_the_next_pod_and_nothing_is_lost
         ]
         assert retried and float(retried[0].split()[-1]) >= 1, retried
         assert served_requests(fleet, 1) + served_requests(fleet, 2) == 12  # nothing lost, nothing doubled
+        # Right after, the pick still prefers the dead pod (no scrape yet), but the proxy tries it
+        # last: no further connection attempts are wasted on it.
+        again = [await c.post("/v1/chat/completions", json=chat(f"c{i}")) for i in range(6)]
+        assert [r.status_code for r in again] == [200] * 6
+        metrics = (await c.get("/metrics")).text
+        after = [
+            ln
+            for ln in metrics.splitlines()
+            if ln.startswith('fleetgate_gateway_retries_total{reason="connect"}')
+        ]
+        assert after == retried
         pod = gw.pool.get(dead)
         assert pod is not None and pod.inflight == 0  # every attempt released its slot
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -117,37 +118,35 @@ def known_adapters(pods: Iterable[PodState]) -> set[str]:
     return names
 
 
-def classify_models(pods: list[PodState]) -> dict[str, dict[str, set[str]]]:
-    """Per pod: each base model it serves → the adapters it serves on that base (module docstring).
-
-    Pods whose models are unknown map to {}; `build_report` decides what they count for.
+def classify_models(pods: list[PodState]) -> list[dict[str, AbstractSet[str]]]:
+    """For each pod (same order): each base model it serves → the adapters it serves on that base
+    (module docstring). Pods whose models are unknown get {}; `build_report` decides what they count for.
     """
-    out: dict[str, dict[str, set[str]]] = {}
-    inexact = [p for p in pods if p.models and not p.catalog_exact]
-    for pod in pods:
-        if pod.catalog_exact and pod.models:
-            out[pod.name] = _exact_bases(pod)
-        else:
-            out[pod.name] = {}
+    out: list[dict[str, AbstractSet[str]]] = [
+        _exact_bases(p) if p.catalog_exact and p.models else {} for p in pods
+    ]
+    inexact = [i for i, p in enumerate(pods) if p.models and not p.catalog_exact]
     if not inexact:
         return out
     adapters = known_adapters(pods)
-    candidates = {p.name: p.models - adapters for p in inexact}
+    candidates = {i: pods[i].models - adapters for i in inexact}
     known_bases = {b for p in pods if p.catalog_exact for b in p.base_models}
     known_bases |= {next(iter(c)) for c in candidates.values() if len(c) == 1}
-    for pod in inexact:
-        cands = candidates[pod.name]
-        listed = pod.models & adapters
+    for i in inexact:
+        cands = candidates[i]
+        listed = pods[i].models & adapters
         if len(cands) > 1:
             hits = cands & known_bases
             if len(hits) == 1:
                 listed |= cands - hits
                 cands = hits
-        out[pod.name] = {base: set(listed) for base in cands}
+        out[i] = dict.fromkeys(cands, listed)
     return out
 
 
-def _exact_bases(pod: PodState) -> dict[str, set[str]]:
+def _exact_bases(pod: PodState) -> dict[str, AbstractSet[str]]:
+    if len(pod.base_models) == 1:  # the usual vLLM pod: every adapter sits on its one base model
+        return dict.fromkeys(pod.base_models, pod.adapters)
     parents = pod.adapter_parents
     bases: dict[str, set[str]] = {b: set() for b in pod.base_models}
     if not bases:  # only adapters listed: their parents are the pod's base models
@@ -159,7 +158,7 @@ def _exact_bases(pod: PodState) -> dict[str, set[str]]:
         else:
             for names in bases.values():
                 names.add(adapter)
-    return bases
+    return dict(bases)
 
 
 def _pod_view(pod: PodState, saturation: Saturation, svc: ServiceModel) -> _PodView:
@@ -252,13 +251,15 @@ def build_report(
     now = time.monotonic() if now is None else now
     pods = pool.pods()
     bases_by_pod = classify_models(pods)
-    all_bases = {b for bases in bases_by_pod.values() for b in bases}
-    sole_base = {next(iter(all_bases)): set[str]()} if len(all_bases) == 1 else {}
+    all_bases = {b for bases in bases_by_pod for b in bases}
+    sole_base: dict[str, AbstractSet[str]] = (
+        {next(iter(all_bases)): frozenset()} if len(all_bases) == 1 else {}
+    )
     max_staleness_s = spec.scrape.max_staleness_ms / 1000.0
 
     per_model: dict[str, _ModelAgg] = {name: _ModelAgg() for name in all_bases}
-    for pod in pods:
-        bases = bases_by_pod[pod.name] or (sole_base if not pod.models else {})
+    for pod, pod_bases in zip(pods, bases_by_pod, strict=True):
+        bases = pod_bases or (sole_base if not pod.models else {})
         if not bases or not is_ready(pod, max_staleness_s, now):
             continue
         view = _pod_view(pod, saturation, service)

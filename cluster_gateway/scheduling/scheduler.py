@@ -161,7 +161,8 @@ class Scheduler:
         if hashes:
             self.prefix_index.add(pod.name, hashes)
         m = pod.metrics
-        if m is not None and m.max_lora:
+        cat = self._pool.catalog
+        if m is not None and m.max_lora and (cat.is_adapter(req.model) or not cat.exact):
             self.adapters.record(pod.name, req.model, self._clock())
 
     def _forget_departed(self) -> None:

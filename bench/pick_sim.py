@@ -196,7 +196,7 @@ def run(
     for pool in pools:
         pool.set_endpoints(Endpoint(name=n, address=f"10.0.0.{i}", port=8000) for i, n in enumerate(names))
         for name in names:
-            pool.set_models(name, [MODEL, *ADAPTERS])
+            pool.set_catalog(name, [MODEL], dict.fromkeys(ADAPTERS, MODEL))  # as vLLM lists them
     pods = {name: SimPod(name) for name in names}
     clock = [0.0]
     cfg = scheduling or Scheduling(default_profile=profile)

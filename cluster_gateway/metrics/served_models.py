@@ -38,7 +38,7 @@ def parse_models_list(body: bytes | str) -> ServedModels:
         name = str(entry["id"])
         said = said or "parent" in entry
         parent = entry.get("parent")
-        if parent:
+        if parent and str(parent) != name:  # a self-parent is no adapter
             adapters[name] = str(parent)
         else:
             bases.add(name)

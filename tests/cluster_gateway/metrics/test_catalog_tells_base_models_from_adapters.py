@@ -87,14 +87,15 @@ def test_parent_marks_adapters_and_null_parent_marks_base_models() -> None:
                 {"id": "llama-alias", "root": "/models/llama", "parent": None},
                 {"id": "sql-lora", "root": "/adapters/sql", "parent": "llama"},
                 {"id": "odd-lora", "root": "/adapters/odd"},  # key missing among entries that have it
+                {"id": "self", "parent": "self"},
             ],
         }
     )
     served = parse_models_list(body)
     assert served.exact
-    assert served.base_models == {"llama", "llama-alias", "odd-lora"}
+    assert served.base_models == {"llama", "llama-alias", "odd-lora", "self"}
     assert served.adapters == {"sql-lora": "llama"}
-    assert served.names == {"llama", "llama-alias", "sql-lora", "odd-lora"}
+    assert served.names == {"llama", "llama-alias", "sql-lora", "odd-lora", "self"}
     assert parse_tgi_info('{"model_id": "m"}').base_models == {"m"}
 
 

@@ -444,7 +444,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2000)
     ap.add_argument("--pods", type=int, default=20, help="pods scraped in the whole-scrape table (0: skip)")
     ap.add_argument("--seconds", type=float, default=3.0, help="measured seconds per client")
+    ap.add_argument("--quick", action="store_true", help="fewer rounds and a 1 s scrape measurement")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.rounds, args.seconds = min(args.rounds, 300), min(args.seconds, 1.0)
     rows = run(args.engines, args.models, args.rounds)
     print(f"wanted: {len(GATEWAY_WANTED)} metric names ({', '.join(sorted(GATEWAY_WANTED))})\n")
     print("| body | KB | lines | targeted µs/parse | prometheus_client full µs/parse | speed-up |")

@@ -5,11 +5,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 from common.config.gateway import GatewaySpec
 from common.config.loader import ConfigError, load_config, load_config_data
+
+if TYPE_CHECKING:
+    from cluster_gateway.gateway import ClusterGateway
 
 log = logging.getLogger("fleetgate.gateway")
 
@@ -28,6 +33,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="enable the Envoy ext_proc endpoint picker on this port (overrides `extProc.port`)",
     )
     parser.add_argument("--host", help="bind address (overrides `host`)")
+    parser.add_argument(
+        "--crd",
+        metavar="NAMESPACE/NAME",
+        help="read the config from this FleetgateGateway resource and report its status",
+    )
+    parser.add_argument(
+        "--status-resource",
+        metavar="NAMESPACE/NAME",
+        default=os.environ.get("FLEETGATE_GATEWAY_RESOURCE"),
+        help="with --config: report status to this FleetgateGateway (default: $FLEETGATE_GATEWAY_RESOURCE)",
+    )
+    parser.add_argument(
+        "--kubeconfig", help="kubeconfig file for --crd/--status-resource (default: in-cluster)"
+    )
     parser.add_argument("--log-level", default="INFO", help="log level (default INFO)")
     parser.add_argument("--log-format", choices=["json", "text"], default="json")
 
@@ -36,9 +55,9 @@ def build_spec(args: argparse.Namespace) -> GatewaySpec:
     """Config file (or an empty spec) with the command-line overrides applied, validated as one."""
     from cluster_gateway.discovery import static_from_urls
 
-    if args.config is None and not args.pods:
-        raise ConfigError("either --config FILE or --pods URL,URL is required")
-    spec = load_config(args.config, GatewaySpec) if args.config else None
+    if args.config is None and not args.pods and getattr(args, "crd_spec", None) is None:
+        raise ConfigError("one of --config FILE, --crd NAMESPACE/NAME or --pods URL,URL is required")
+    spec = load_config(args.config, GatewaySpec) if args.config else getattr(args, "crd_spec", None)
     if args.pods:
         urls = [u.strip() for u in args.pods.split(",") if u.strip()]
         if not urls:
@@ -69,6 +88,7 @@ async def _serve(spec: GatewaySpec, args: argparse.Namespace) -> int:
     except ConfigError as exc:  # e.g. a profile naming an unknown scorer
         print(f"fleetgate gateway: {exc}", file=sys.stderr)
         return 2
+    _attach_status(gateway, spec, args)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -86,6 +106,43 @@ async def _serve(spec: GatewaySpec, args: argparse.Namespace) -> int:
     return 0
 
 
+def _attach_status(gateway: ClusterGateway, spec: GatewaySpec, args: argparse.Namespace) -> None:
+    """Publish the pool's health as the FleetgateGateway's status conditions, when there is one."""
+    ref = args.crd or args.status_resource
+    if not ref:
+        return
+    from cluster_gateway.k8s.client import load_api_client
+    from cluster_gateway.k8s.crd_source import parse_resource_ref
+    from cluster_gateway.k8s.status import StatusReporter
+    from cluster_gateway.k8s.status_loop import publish_status
+
+    try:
+        namespace, name = parse_resource_ref(ref)
+        api = getattr(args, "crd_api", None) or load_api_client(args.kubeconfig, field="--kubeconfig")
+    except ConfigError as exc:  # status is a courtesy: never stop routing for it
+        log.warning("not reporting FleetgateGateway status: %s", exc)
+        return
+    reporter = StatusReporter(api, namespace, name, generation=getattr(args, "crd_generation", 0))
+    agent = gateway.agent
+
+    async def run_status() -> None:
+        await publish_status(
+            reporter,
+            gateway.pool,
+            max_staleness_s=spec.scrape.max_staleness_ms / 1000,
+            router_connected=(lambda: agent.connected) if agent is not None else (lambda: None),
+        )
+
+    gateway.add_background("crd-status", run_status)
+
+
+def _load_from_cluster(args: argparse.Namespace) -> None:
+    from cluster_gateway.k8s.status_loop import load_gateway_from_cluster
+
+    resource, api = asyncio.run(load_gateway_from_cluster(args.crd, args.kubeconfig))
+    args.crd_spec, args.crd_api, args.crd_generation = resource.spec, api, resource.generation
+
+
 def _setup_logging(args: argparse.Namespace) -> None:
     from common.telemetry import setup_logging, setup_tracing
 
@@ -95,6 +152,10 @@ def _setup_logging(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        if args.crd and args.config:
+            raise ConfigError("--crd and --config are alternatives: give one")
+        if args.crd:
+            _load_from_cluster(args)
         spec = build_spec(args)
     except ConfigError as exc:
         print(f"fleetgate gateway: {exc}", file=sys.stderr)

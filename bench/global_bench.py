@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import math
 import os
 import re
 import shutil
@@ -35,6 +34,7 @@ from typing import Any
 import httpx
 import yaml
 
+from bench.stats import percentile
 from global_router.tenants import hash_key
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -42,11 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 API_KEY = "sk-bench"
 
 
-def pct(values: Sequence[float], q: float) -> float:
-    if not values:
-        return math.nan
-    s = sorted(values)
-    return s[max(0, min(len(s) - 1, math.ceil(q / 100 * len(s)) - 1))]
+pct = percentile  # one nearest-rank definition for every bench
 
 
 @dataclass

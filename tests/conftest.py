@@ -35,11 +35,12 @@ class RedisServer:
             self.proc.wait(timeout=10)
 
 
-def start_redis(tmp: Path) -> RedisServer:
+def start_redis(tmp: Path, port: int | None = None) -> RedisServer:
+    """Start redis-server on loopback (on `port`, e.g. to restart one a test killed)."""
     exe = shutil.which("redis-server")
     if exe is None:
         pytest.skip("redis-server not installed (make test installs it)")
-    port = free_port()
+    port = port or free_port()
     proc = subprocess.Popen(
         [
             exe,

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
-import socket
-import subprocess
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -119,34 +116,7 @@ async def test_redis_outage_keeps_the_local_cache_and_the_view_recovers(tmp_path
 
 
 def _restart_redis_on(port: int, tmp: Path) -> RedisServer:
-    exe = shutil.which("redis-server")
-    assert exe is not None
-    proc = subprocess.Popen(
-        [
-            exe,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(tmp),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return RedisServer(port, proc)
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("redis-server did not restart")
+    return start_redis(tmp, port=port)
 
 
 async def test_capacity_server_publishes_through_redis_to_a_second_replica(redis_server: RedisServer) -> None:

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from collections.abc import Awaitable, Callable
-from contextlib import nullcontext, suppress
-from typing import Any
+from contextlib import suppress
 
 import uvicorn
 from prometheus_client import CollectorRegistry
@@ -31,34 +29,12 @@ from cluster_gateway.proxy.forward import Forwarder
 from cluster_gateway.proxy.upstream import UpstreamClients
 from cluster_gateway.scheduling.scheduler import Scheduler
 from cluster_gateway.scheduling.types import ScheduleResult
+from common.asgi import EmbeddedServer, listen_socket
 from common.config.gateway import GatewaySpec
 
 log = logging.getLogger("fleetgate.gateway")
 
 BackgroundRun = Callable[[], Awaitable[None]]  # runs until cancelled
-
-
-class _EmbeddedServer(uvicorn.Server):
-    """uvicorn without its signal handling: the process owner (CLI, demo, tests) owns signals."""
-
-    def capture_signals(self) -> Any:
-        return nullcontext()
-
-
-def _listen_socket(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY on accepted sockets only when the
-    # socket says it is TCP; with proto 0, Nagle + delayed ACK add ~40 ms to every response.
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # inherited by accepted sockets
-    try:
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-    sock.set_inheritable(True)
-    return sock
 
 
 class ClusterGateway:
@@ -109,8 +85,7 @@ class ClusterGateway:
             self._background.append(("capacity-agent", self.agent.run))
         self._tasks: list[asyncio.Task[None]] = []
         self._clients: UpstreamClients | None = None
-        self._server: _EmbeddedServer | None = None
-        self._server_task: asyncio.Task[None] | None = None
+        self._server: EmbeddedServer | None = None
         self._extproc: ExtProcServer | None = None
         self.bound_port = 0
         self.extproc_port = 0
@@ -149,7 +124,7 @@ class ClusterGateway:
         )
         app = ProxyApp(self.pool, self.dispatcher, forwarder, self.metrics, pcfg)
         try:
-            sock = _listen_socket(self.host, self._port)
+            sock = listen_socket(self.host, self._port)
             config = uvicorn.Config(
                 app,
                 lifespan="off",
@@ -161,14 +136,8 @@ class ClusterGateway:
                 timeout_keep_alive=75,
                 backlog=4096,
             )
-            self._server = _EmbeddedServer(config)
-            self._server_task = asyncio.create_task(self._server.serve(sockets=[sock]))
-            while not self._server.started:
-                if self._server_task.done():
-                    self._server_task.result()
-                    raise RuntimeError("the proxy server stopped during startup")
-                await asyncio.sleep(0.005)
-            self.bound_port = int(sock.getsockname()[1])
+            self._server = EmbeddedServer(config)
+            self.bound_port = await self._server.start_on(sock)
             log.info(
                 "cluster gateway %s listening on http://%s:%d",
                 self.spec.cluster_id,
@@ -206,14 +175,9 @@ class ClusterGateway:
         if self._extproc is not None:
             await self._extproc.stop()
             self._extproc = None
-        if self._server is not None and self._server_task is not None:
-            self._server.should_exit = True
-            try:
-                await self._server_task
-            except Exception:
-                log.exception("proxy server stopped with an error")
+        if self._server is not None:
+            await self._server.stop(log)
             self._server = None
-            self._server_task = None
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -26,6 +26,7 @@ from opentelemetry import trace
 from opentelemetry.propagate import extract
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
+from common.asgi import ClientGone, read_body
 from common.config.router import GlobalRouterConfig
 from common.errors import OpenAIError, error_body, not_found_model
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, parse_request
@@ -76,10 +77,6 @@ class RouterServices:
     router_info: Callable[[], dict[str, Any]] = field(default=lambda: {})
 
 
-class _ClientGone(Exception):
-    pass
-
-
 def _encode_headers(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
     return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
 
@@ -118,34 +115,13 @@ class CompletionHandler:
         finally:
             otel_context.detach(token)
 
-    async def _read_body(self, headers: dict[str, str], receive: Receive) -> bytes:
-        declared = headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > self.max_body:
-            raise self._too_large()
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            msg = await receive()
-            if msg["type"] == "http.disconnect":
-                raise _ClientGone
-            chunk = msg.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body:
-                raise self._too_large()
-            chunks.append(chunk)
-            if not msg.get("more_body", False):
-                return b"".join(chunks)
-
-    def _too_large(self) -> OpenAIError:
-        return OpenAIError(413, f"Request body exceeds {self.max_body} bytes.", code="request_too_large")
-
     async def _handle(self, path: str, headers: dict[str, str], receive: Receive, send: Send) -> None:
         s = self.s
         traffic_class = "-"
         try:
             tenant = s.tenants.authenticate(headers.get("authorization"))
             traffic_class = tenant.traffic_class
-            body = await self._read_body(headers, receive)
+            body = await read_body(receive, headers.get("content-length"), self.max_body)
             parsed = parse_request(body, path)
             s.tenants.check_model(tenant, parsed.model)
             sel_req = SelectionRequest(
@@ -177,7 +153,7 @@ class CompletionHandler:
                 prompt_tokens=parsed.prompt_tokens,
                 traffic_class=tenant.traffic_class,
             )
-        except _ClientGone:
+        except ClientGone:
             s.metrics.requests.labels("-", traffic_class, CANCELLED).inc()
             return
         except OpenAIError as err:

@@ -6,11 +6,8 @@ one replica keeps both in process. `http_port` / `grpc_port` override the config
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import socket
 import uuid
-from contextlib import nullcontext
 from typing import Any
 
 import httpx
@@ -20,6 +17,7 @@ import uvicorn
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from common.asgi import EmbeddedServer, listen_socket
 from common.config.loader import ConfigError
 from common.config.router import GlobalRouterConfig
 from global_router.app import RouterServices, build_app
@@ -37,27 +35,6 @@ log = logging.getLogger("fleetgate.router")
 
 MAX_UPSTREAM_CONNECTIONS = 4096  # to all cluster gateways together
 UPSTREAM_POOLS = 16  # connection pools used in turn (see Forwarder)
-
-
-class _EmbeddedServer(uvicorn.Server):
-    """uvicorn without its own signal handling: the process owner (CLI, demo, tests) owns signals."""
-
-    def capture_signals(self) -> Any:
-        return nullcontext()
-
-
-def _listen_socket(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    # accepted sockets inherit it; uvicorn given a socket does not set it (Nagle + delayed ACK = +40 ms)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    try:
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-    sock.set_inheritable(True)
-    return sock
 
 
 def redis_client(url: str, timeout_s: float) -> aioredis.Redis:
@@ -114,8 +91,7 @@ class GlobalRouter:
         self._with_capacity = capacity_server
         self.capacity: CapacityServer | None = None
         self._clients: list[httpx.AsyncClient] = []
-        self._server: _EmbeddedServer | None = None
-        self._server_task: asyncio.Task[None] | None = None
+        self._server: EmbeddedServer | None = None
         self.http_port = 0
         self.grpc_port = 0
 
@@ -178,7 +154,7 @@ class GlobalRouter:
                 metrics=self.metrics,
                 router_info=self._info,
             )
-            sock = _listen_socket(self.cfg.host, self._http_port_cfg)
+            sock = listen_socket(self.cfg.host, self._http_port_cfg)
             config = uvicorn.Config(
                 build_app(services),
                 lifespan="off",
@@ -187,14 +163,8 @@ class GlobalRouter:
                 timeout_graceful_shutdown=5,
                 backlog=4096,
             )
-            self._server = _EmbeddedServer(config)
-            self._server_task = asyncio.create_task(self._server.serve(sockets=[sock]))
-            while not self._server.started:
-                if self._server_task.done():
-                    self._server_task.result()
-                    raise RuntimeError("the HTTP server stopped during startup")
-                await asyncio.sleep(0.005)
-            self.http_port = int(sock.getsockname()[1])
+            self._server = EmbeddedServer(config)
+            self.http_port = await self._server.start_on(sock)
             log.info("global router listening on http://%s:%d", self.cfg.host, self.http_port)
             if self.cfg.allow_anonymous:
                 log.warning("allowAnonymous is on: requests without an API key are served (trials only)")
@@ -205,14 +175,9 @@ class GlobalRouter:
             raise
 
     async def stop(self) -> None:
-        if self._server is not None and self._server_task is not None:
-            self._server.should_exit = True
-            try:
-                await self._server_task
-            except Exception:
-                log.exception("HTTP server stopped with an error")
+        if self._server is not None:
+            await self._server.stop(log)
             self._server = None
-            self._server_task = None
         if self.capacity is not None:
             await self.capacity.stop()
             self.capacity = None

@@ -24,6 +24,7 @@ from cluster_gateway.proxy.dispatch import Dispatcher
 from cluster_gateway.proxy.forward import Forwarder, NoPodAnswered
 from cluster_gateway.proxy.headers import client_headers, upstream_request_headers
 from cluster_gateway.proxy.models_list import models_listing
+from common.asgi import ClientGone, read_body
 from common.config.gateway import Proxy
 from common.errors import OpenAIError
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, ParsedRequest, parse_request
@@ -40,8 +41,11 @@ Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
 _JSON = [(b"content-type", b"application/json")]
 
 
-class _ClientGone(Exception):
-    pass
+def _content_length(scope: Scope) -> str | None:
+    for k, v in scope["headers"]:
+        if k == b"content-length":
+            return str(v.decode("latin-1"))
+    return None
 
 
 @dataclass(slots=True)
@@ -121,38 +125,15 @@ class ProxyApp:
                 return
 
     # --- the data path ---------------------------------------------------
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
-        for k, v in scope["headers"]:
-            if k == b"content-length" and v.isdigit() and int(v) > self.max_body:
-                raise self._too_large()
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            msg = await receive()
-            if msg["type"] == "http.disconnect":
-                raise _ClientGone
-            chunk = msg.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body:
-                raise self._too_large()
-            chunks.append(chunk)
-            if not msg.get("more_body", False):
-                return b"".join(chunks)
-
-    def _too_large(self) -> OpenAIError:
-        return OpenAIError(
-            413, f"Request body exceeds {self.max_body} bytes", code="request_too_large", param=None
-        )
-
     async def _completion(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
         state = _RequestState()
         try:
-            body = await self._read_body(scope, receive)
+            body = await read_body(receive, _content_length(scope), self.max_body)
             parsed = parse_request(body, path)
             headers = client_headers(scope["headers"])
             await self._serve_until_disconnect(state, parsed, headers, path, body, receive, send)
-        except _ClientGone:
+        except ClientGone:
             if not state.counted:
                 self.metrics.request_done("-", state.profile, CANCELLED)
         except OpenAIError as err:
@@ -219,7 +200,7 @@ class ProxyApp:
         with contextlib.suppress(asyncio.CancelledError):
             await work_task
         log.debug("client disconnected; request cancelled")
-        raise _ClientGone
+        raise ClientGone
 
     # --- control endpoints ----------------------------------------------
     async def _models(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -1,0 +1,99 @@
+"""What both tiers' bare ASGI apps share: an embedded uvicorn server and bounded body reading.
+
+Both the cluster gateway and the global router run uvicorn inside their own event loop (the CLI,
+demo and tests own signals and the loop) and read request bodies with a hard size cap before any
+parsing, so these live once here instead of twice in each tier.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Awaitable, Callable, MutableMapping
+from contextlib import nullcontext
+from typing import Any
+
+import uvicorn
+
+from common.errors import OpenAIError
+
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request body arrived in full."""
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A bound TCP socket whose accepted connections inherit TCP_NODELAY.
+
+    proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY on accepted sockets only when the socket says
+    it is TCP, and uvicorn given a socket does not; Nagle + delayed ACK would add ~40 ms per response.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+class EmbeddedServer(uvicorn.Server):
+    """uvicorn without its own signal handling, started and stopped by the component that owns it."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self._task: asyncio.Task[None] | None = None
+
+    def capture_signals(self) -> Any:
+        return nullcontext()
+
+    async def start_on(self, sock: socket.socket) -> int:
+        """Serve on `sock` in a task; return the bound port once uvicorn accepts connections."""
+        self._task = asyncio.create_task(self.serve(sockets=[sock]))
+        while not self.started:
+            if self._task.done():
+                self._task.result()
+                raise RuntimeError("the HTTP server stopped during startup")
+            await asyncio.sleep(0.005)
+        return int(sock.getsockname()[1])
+
+    async def stop(self, log: logging.Logger) -> None:
+        if self._task is None:
+            return
+        self.should_exit = True
+        try:
+            await self._task
+        except Exception:
+            log.exception("HTTP server stopped with an error")
+        self._task = None
+
+
+async def read_body(receive: Receive, declared_length: str | None, max_bytes: int) -> bytes:
+    """The whole request body, refused with 413 as soon as it (or its declared length) is too large."""
+    if declared_length is not None and declared_length.isdigit() and int(declared_length) > max_bytes:
+        raise body_too_large(max_bytes)
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            raise ClientGone
+        chunk = msg.get("body", b"")
+        size += len(chunk)
+        if size > max_bytes:
+            raise body_too_large(max_bytes)
+        chunks.append(chunk)
+        if not msg.get("more_body", False):
+            return b"".join(chunks)
+
+
+def body_too_large(max_bytes: int) -> OpenAIError:
+    return OpenAIError(413, f"Request body exceeds {max_bytes} bytes.", code="request_too_large")

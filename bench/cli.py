@@ -1,36 +1,55 @@
 """`fleetgate bench SCENARIO [--quick] [scenario options]`: a registry of scenario modules.
 
-Each scenario module exposes `main(argv) -> int`, is also runnable as `python -m bench.<module>`,
-and writes its markdown table (and plots, where it has them) under `bench/results/`.
+Each scenario module exposes `main(argv) -> int` and is also runnable as `python -m bench.<module>`.
+Run through this command, every scenario leaves its markdown table under `bench/results/`: the
+ones marked `own_report` write their tables and plots themselves, the others' printed tables are kept.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import platform
+import shlex
+from dataclasses import dataclass
 
-SCENARIOS: dict[str, tuple[str, str]] = {
-    "routing": (
+from bench import report
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    module: str
+    about: str
+    own_report: bool = False  # writes its own files under bench/results/
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "routing": Scenario(
         "bench.routing",
         "the headline: TTFT under bursts, Fleetgate vs round-robin/least-conn/random/peers",
+        own_report=True,
     ),
-    "overhead": (
+    "overhead": Scenario(
         "bench.proxy_overhead",
         "the gateway's added latency and max rps vs direct calls; ext_proc pick path",
+        own_report=True,
     ),
-    "global": (
+    "global": Scenario(
         "bench.global_bench",
         "failover time, rate-limit accuracy across replicas, cost shaping, global hop",
+        own_report=True,
     ),
-    "sim-validate": ("bench.sim_validate", "the simulator measured against its hardware profile"),
-    "promtext": ("bench.promtext_bench", "targeted Prometheus-text parse of a real-size vLLM body"),
-    "pick": ("bench.pick_bench", "microseconds per pick at 10/100/1000 pods"),
-    "capacity": ("bench.capacity_bench", "capacity report aggregation and the gRPC report path"),
+    "sim-validate": Scenario("bench.sim_validate", "the simulator measured against its hardware profile"),
+    "promtext": Scenario("bench.promtext_bench", "targeted Prometheus-text parse of a real-size vLLM body"),
+    "pick": Scenario("bench.pick_bench", "microseconds per pick at 10/100/1000 pods"),
+    "pick-sim": Scenario("bench.pick_sim", "routing quality per profile in simulated time (no wall clock)"),
+    "capacity": Scenario("bench.capacity_bench", "capacity report aggregation and the gRPC report path"),
 }
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    lines = [f"  {n:<13} {d}" for n, (_, d) in SCENARIOS.items()]
+    lines = [f"  {n:<13} {s.about}" for n, s in SCENARIOS.items()]
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = "scenarios:\n" + "\n".join(lines)
     parser.add_argument("scenario", choices=sorted(SCENARIOS), metavar="SCENARIO")
@@ -39,8 +58,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    module = importlib.import_module(SCENARIOS[args.scenario][0])
+    scenario = SCENARIOS[args.scenario]
+    module = importlib.import_module(scenario.module)
     argv = list(args.rest)
     if args.quick and "--quick" not in argv:
         argv.append("--quick")
-    return int(module.main(argv))
+    if scenario.own_report:
+        return int(module.main(argv))
+    name = args.scenario.replace("-", "_") + ("_quick" if "--quick" in argv else "")
+    header = (
+        f"# {args.scenario}\n\n- command: `{shlex.join(['fleetgate', 'bench', args.scenario, *argv])}`\n"
+        f"- machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    )
+    with report.tee_to_results(name, header, report.RESULTS_DIR):
+        return int(module.main(argv))

@@ -1,0 +1,44 @@
+"""Where scenario reports go: every table a scenario prints is also kept in `bench/results/NAME.md`.
+
+Scenarios that build their own report files (routing, overhead, global) write them themselves; the
+smaller ones just print markdown, and `tee_to_results` keeps a copy so `fleetgate bench X` always
+leaves its latest figures on disk next to the others.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+class _Tee(io.TextIOBase):
+    def __init__(self, *targets: TextIO) -> None:
+        self._targets = targets
+
+    def write(self, s: str) -> int:
+        for t in self._targets:
+            t.write(s)
+        return len(s)
+
+    def flush(self) -> None:
+        for t in self._targets:
+            t.flush()
+
+
+@contextlib.contextmanager
+def tee_to_results(name: str, header: str, results_dir: Path = RESULTS_DIR) -> Iterator[Path]:
+    """Print as usual and also write everything printed, under `header`, to results_dir/name.md."""
+    results_dir.mkdir(parents=True, exist_ok=True)
+    path = results_dir / f"{name}.md"
+    tmp = path.with_suffix(".md.tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        f.write(header.rstrip() + "\n\n")
+        with contextlib.redirect_stdout(_Tee(sys.stdout, f)):  # type: ignore[type-var]
+            yield path
+    tmp.replace(path)  # a failed run leaves the previous report in place

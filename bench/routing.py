@@ -7,7 +7,10 @@ run inherits another's warm state. Fleetgate's baselines run through the very sa
 (profiles `round-robin`, `least-inflight` = least connections, `random`, `reference` = the Gateway
 API Inference Extension's default scorers), so proxy overhead is equal and only the policy differs;
 the peer routers `sglang-router` and `vllm-router` (Rust) run in front of the same pods when
-installed (`--peers` installs them into `.venv-peers`).
+installed (`--peers` installs them into `.venv-peers`). sglang-router fronts pods that present as
+SGLang (same engine, SGLang's endpoints and metrics, so its load polling and model discovery work as
+against real SGLang workers); vllm-router fronts vLLM pods. Every policy is replayed by the same
+client; per-pod load and request counts come from the pods' own /metrics.
 
     fleetgate bench routing [--quick] [--policies a,b,...] [--peers]
 """
@@ -20,6 +23,7 @@ import contextlib
 import math
 import os
 import platform
+import shutil
 import socket
 import subprocess
 import sys
@@ -43,7 +47,12 @@ PEERS_VENV = ROOT / ".venv-peers"
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 ADAPTERS = tuple(f"support-lora-{i}" for i in range(6))
 FLEETGATE_PROFILES = ("latency", "throughput", "reference", "least-inflight", "random", "round-robin")
+# policies each peer's --policy accepts (sglang-router 0.3: random, round_robin, cache_aware, power_of_two,
+# manual; vllm-router 0.1: also kv_aware, consistent_hash, sticky_least_loaded, which need KV events or
+# session keys the trace does not carry). power_of_two needs at least 2 workers in both.
 PEER_POLICIES = ("sglang:cache_aware", "sglang:power_of_two", "vllm:cache_aware", "vllm:power_of_two")
+# peers read a HuggingFace tokenizer for a discovered model; keep any hub fetch on loopback (it fails fast)
+PEER_ENV = {"HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"}
 
 
 @dataclass(slots=True)
@@ -64,7 +73,9 @@ class PolicyRun:
     wall_s: float
     load: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # pod → (t, running+waiting)
     kv: dict[str, list[float]] = field(default_factory=dict)
+    pod_requests: dict[str, int] = field(default_factory=dict)  # pod → requests it finished (its /metrics)
     summary: Summary | None = None
+    failure: str = ""  # why the run is not a measurement (front end did not start, every request failed)
 
 
 def _port_block(n: int) -> int:
@@ -94,22 +105,52 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait_http(url: str, timeout_s: float, proc: subprocess.Popen[bytes], ok: int = 200) -> None:
+def _wait_http(
+    url: str,
+    timeout_s: float,
+    proc: subprocess.Popen[bytes],
+    ok: int = 200,
+    check: Callable[[httpx.Response], bool] | None = None,
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"process for {url} exited with {proc.returncode}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=1.0).status_code == ok:
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            resp = httpx.get(url, timeout=1.0)
+            if resp.status_code == ok and (check is None or check(resp)):
                 return
         time.sleep(0.1)
     raise RuntimeError(f"{url} not ready after {timeout_s}s")
 
 
+def _all_workers_healthy(pod_urls: list[str]) -> Callable[[httpx.Response], bool]:
+    """Both peers answer GET /workers with {"workers": [{"url", "is_healthy", ...}]}."""
+
+    def check(resp: httpx.Response) -> bool:
+        healthy = {w.get("url") for w in resp.json().get("workers", []) if w.get("is_healthy")}
+        return healthy >= set(pod_urls)
+
+    return check
+
+
+def _log_tail(log: Path, lines: int = 3) -> str:
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return ""
+    tail = [ln.strip() for ln in text.splitlines() if ln.strip()][-lines:]
+    return " | ".join(tail)[-300:]
+
+
 @contextlib.contextmanager
-def _process(cmd: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def _process(
+    cmd: list[str], log: Path, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, **(env or {})}
+        )
         try:
             yield proc
         finally:
@@ -122,7 +163,7 @@ def _process(cmd: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
                     proc.wait()
 
 
-def _sim_command(setup: Setup, base_port: int, workdir: Path) -> list[str]:
+def _sim_command(setup: Setup, base_port: int, workdir: Path, engine: str = "vllm") -> list[str]:
     entry: dict[str, object] = {
         "profile": setup.profile,
         "model": MODEL,
@@ -130,6 +171,7 @@ def _sim_command(setup: Setup, base_port: int, workdir: Path) -> list[str]:
         "maxLora": setup.max_lora,
         "timeScale": setup.time_scale,
         "replicas": setup.pods,
+        "metricsFormat": engine,
     }
     if setup.kv_capacity_tokens:
         entry["kvCapacityTokens"] = setup.kv_capacity_tokens
@@ -181,25 +223,30 @@ def _gateway_command(pod_urls: list[str], port: int, workdir: Path, time_scale: 
     ]
 
 
-def _peer_command(policy: str, pod_urls: list[str], port: int) -> list[str] | None:
+def _peer_engine(policy: str) -> str:
+    """The engine flavour the peer's pods present: each peer fronts the server it was built for."""
+    return "sglang" if policy.startswith("sglang:") else "vllm"
+
+
+def _peer_command(
+    policy: str, pod_urls: list[str], port: int, metrics_port: int | None = None
+) -> list[str] | None:
+    """The peer's own CLI; None when it is not installed in .venv-peers.
+
+    Defaults are kept (retries, circuit breakers, request timeout 1800 s) except logging at warning:
+    both log every routing decision at info, which on 2 shared cores would slow the very run it logs.
+    """
     family, pol = policy.split(":", 1)
     exe = PEERS_VENV / "bin" / ("sglang-router" if family == "sglang" else "vllm-router")
     if not exe.exists():
         return None
+    common = ["--host", "127.0.0.1", "--port", str(port), "--policy", pol, "--worker-urls", *pod_urls]
+    # both bind a Prometheus listener on 29000 by default: two runs (or anything else there) would collide
+    metrics = metrics_port if metrics_port is not None else _free_port()
+    common += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics)]
     if family == "sglang":
-        return [
-            str(exe),
-            "launch",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--policy",
-            pol,
-            "--worker-urls",
-            *pod_urls,
-        ]
-    return [str(exe), "--host", "127.0.0.1", "--port", str(port), "--policy", pol, "--worker-urls", *pod_urls]
+        return [str(exe), "launch", *common, "--log-level", "warn"]
+    return [str(exe), *common, "--log-level", "warning"]
 
 
 def install_peers() -> None:
@@ -211,8 +258,28 @@ def install_peers() -> None:
     )
 
 
-async def _sample_pods(pod_urls: list[str], run: PolicyRun, stop: asyncio.Event, t0: float) -> None:
-    wanted = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
+# per engine flavour: (running, waiting, KV use 0..1, finished requests counter)
+POD_METRICS = {
+    "vllm": (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:request_success_total",
+    ),
+    "sglang": (
+        "sglang:num_running_reqs",
+        "sglang:num_queue_reqs",
+        "sglang:token_usage",
+        "sglang:num_requests_total",
+    ),
+}
+
+
+async def _sample_pods(
+    pod_urls: list[str], run: PolicyRun, stop: asyncio.Event, t0: float, engine: str = "vllm"
+) -> None:
+    """Every pod's running+waiting and KV use twice a second, the same way whatever routes to it."""
+    wanted = POD_METRICS[engine][:3]
     async with httpx.AsyncClient(timeout=2.0) as client:
         while not stop.is_set():
             for url in pod_urls:
@@ -227,6 +294,19 @@ async def _sample_pods(pod_urls: list[str], run: PolicyRun, stop: asyncio.Event,
                 run.kv.setdefault(url, []).append(kv)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.5)
+
+
+def pod_request_counts(pod_urls: list[str], engine: str = "vllm") -> dict[str, int]:
+    """Requests each pod finished, from its own counter: proof of where the front end sent traffic."""
+    name = POD_METRICS[engine][3]
+    out: dict[str, int] = {}
+    for url in pod_urls:
+        try:
+            body = httpx.get(url + "/metrics", timeout=5.0).content
+        except httpx.HTTPError:
+            continue
+        out[url] = int(sum(s.value for s in parse_families(body, (name,)).get(name, [])))
+    return out
 
 
 def _progress(policy: str) -> Callable[[int, int], None]:
@@ -245,42 +325,61 @@ def _progress(policy: str) -> Callable[[int, int], None]:
 
 
 def run_policy(policy: str, setup: Setup, trace_reqs: list[TraceRequest], workdir: Path) -> PolicyRun | None:
+    """One policy on a fresh fleet; None if its peer is not installed. A front end that does not start
+    comes back as a run with `failure` set (and its log named), never as a silent zero-error run."""
     base = _port_block(setup.pods)
     pod_urls = [f"http://127.0.0.1:{base + i}" for i in range(setup.pods)]
     front_port = _free_port()
+    front_url = f"http://127.0.0.1:{front_port}"
     tag = policy.replace(":", "_")
-    with _process(_sim_command(setup, base, workdir), workdir / f"sim-{tag}.log") as sim:
+    is_peer = policy not in FLEETGATE_PROFILES
+    engine = _peer_engine(policy) if is_peer else "vllm"
+    env: dict[str, str] = {}
+    if is_peer:
+        peer = _peer_command(policy, pod_urls, front_port)
+        if peer is None:
+            print(f"  {policy}: not installed (run with --peers), skipped", file=sys.stderr)
+            return None
+        cmd, headers, env = peer, {}, PEER_ENV
+        # the peers' health means "all workers registered and healthy", not just "port open"
+        ready_url, ready_check = front_url + "/workers", _all_workers_healthy(pod_urls)
+    else:
+        cmd = _gateway_command(pod_urls, front_port, workdir, setup.time_scale)
+        headers = {"x-fleetgate-profile": policy}
+        ready_url, ready_check = front_url + "/v1/models", None
+    front_log = workdir / f"front-{tag}.log"
+    run = PolicyRun(policy, [], 0.0)
+    with _process(_sim_command(setup, base, workdir, engine), workdir / f"sim-{tag}.log") as sim:
         for u in pod_urls:
             _wait_http(u + "/health", 30, sim)
-        if policy in FLEETGATE_PROFILES:
-            cmd = _gateway_command(pod_urls, front_port, workdir, setup.time_scale)
-            headers = {"x-fleetgate-profile": policy}
-        else:
-            peer = _peer_command(policy, pod_urls, front_port)
-            if peer is None:
-                print(f"  {policy}: not installed (run with --peers), skipped", file=sys.stderr)
-                return None
-            cmd, headers = peer, {}
-        with _process(cmd, workdir / f"front-{tag}.log") as front:
-            _wait_http(f"http://127.0.0.1:{front_port}/v1/models", 60, front)
+        with _process(cmd, front_log, env) as front:
+            try:
+                _wait_http(ready_url, 60, front, check=ready_check)
+                _wait_http(front_url + "/v1/models", 10, front)
+            except RuntimeError as exc:
+                run.failure = f"did not start: {exc}; log {front_log}: {_log_tail(front_log)}"
+                return run
             time.sleep(0.5)  # a few scrapes so the gateway sees every pod
 
-            async def go() -> PolicyRun:
-                run = PolicyRun(policy, [], 0.0)
+            async def go() -> None:
                 stop = asyncio.Event()
                 t0 = time.perf_counter()
-                sampler = asyncio.create_task(_sample_pods(pod_urls, run, stop, t0))
-                run.results = await replay(
-                    f"http://127.0.0.1:{front_port}", trace_reqs, headers=headers, progress=_progress(policy)
-                )
+                sampler = asyncio.create_task(_sample_pods(pod_urls, run, stop, t0, engine))
+                run.results = await replay(front_url, trace_reqs, headers=headers, progress=_progress(policy))
                 run.wall_s = time.perf_counter() - t0
                 stop.set()
                 await sampler
-                return run
 
-            run = asyncio.run(go())
+            asyncio.run(go())
+            run.pod_requests = pod_request_counts(pod_urls, engine)
+            if front.poll() is not None:
+                run.failure = f"exited with {front.returncode} during the run; log {front_log}"
     per_pod_busy = [sum(v for _, v in series) / max(1, len(series)) for series in run.load.values()]
     run.summary = summarise(policy, run.results, run.wall_s, coefficient_of_variation(per_pod_busy))
+    failed = [r for r in run.results if not r.ok]
+    if run.results and len(failed) == len(run.results) and not run.failure:
+        first = failed[0]
+        run.failure = f"every request failed (first: {first.status} {first.error[:150]!r}); log {front_log}"
     return run
 
 
@@ -305,12 +404,16 @@ def markdown(runs: Sequence[PolicyRun], setup: Setup, command: str, n_requests: 
         f"{setup.trace.adapter_fraction:.0%} LoRA requests, seed {setup.trace.seed}",
         "",
         "| policy | TTFT p50 (s) | TTFT p90 (s) | TTFT p99 (s) | TTFT mean (s) | e2e p50 (s) | e2e p99 (s) "
-        "| output tok/s | load CV | errors | TTFT p90 vs RR | TTFT mean vs RR |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| output tok/s | load CV | errors | TTFT p90 vs RR | TTFT mean vs RR | requests per pod |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    failures: list[str] = []
     for r in runs:
+        if r.failure:
+            failures.append(f"- **{r.policy} FAILED**: {r.failure}")
         s = r.summary
         if s is None:
+            lines.append(f"| {r.policy} | FAILED (see below) |" + " |" * 11)
             continue
         ratio90 = ratio_mean = "n/a"
         if base and base.ttft_p90 > 0 and not math.isnan(s.ttft_p90):
@@ -319,13 +422,17 @@ def markdown(runs: Sequence[PolicyRun], setup: Setup, command: str, n_requests: 
         lines.append(
             f"| {s.policy} | {_fmt(s.ttft_p50)} | {_fmt(s.ttft_p90)} | {_fmt(s.ttft_p99)} | {_fmt(s.ttft_mean)} "
             f"| {_fmt(s.e2e_p50)} | {_fmt(s.e2e_p99)} | {s.output_tok_per_s:.0f} | {_fmt(s.utilisation_cv)} "
-            f"| {s.errors} | {ratio90} | {ratio_mean} |"
+            f"| {s.errors}{' FAILED' if r.failure else ''} | {ratio90} | {ratio_mean} "
+            f"| {'/'.join(str(r.pod_requests[u]) for u in sorted(r.pod_requests)) or 'n/a'} |"
         )
+    if failures:
+        lines += ["", *failures]
     lines += [
         "",
         "`vs RR` is the ratio to round-robin (what a Kubernetes Service does) and, in brackets, the reduction. "
         "`load CV` is the coefficient of variation across pods of each pod's mean running+waiting requests "
-        "(lower = more even GPU use).",
+        "(lower = more even GPU use). `requests per pod` is each pod's own finished-request counter "
+        "(its /metrics) after the run: where the front end really sent the trace.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -438,15 +545,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="fleetgate-bench-") as tmp:
         for policy in policies:
             run = run_policy(policy, setup, trace_reqs, Path(tmp))
-            if run is not None:
-                runs.append(run)
-                s = run.summary
-                assert s is not None
+            if run is None:
+                continue
+            runs.append(run)
+            s = run.summary
+            if s is not None:
                 print(
                     f"  {policy}: TTFT p50 {_fmt(s.ttft_p50)} p90 {_fmt(s.ttft_p90)} p99 {_fmt(s.ttft_p99)} "
-                    f"errors {s.errors}",
+                    f"errors {s.errors}/{s.requests}, requests per pod {sorted(run.pod_requests.values())}",
                     file=sys.stderr,
                 )
+            if run.failure:
+                # the temp dir goes away; keep the failed run's logs next to the results
+                for log in Path(tmp).glob(f"*-{policy.replace(':', '_')}.log"):
+                    shutil.copy(log, out_dir / log.name)
+                run.failure = run.failure.replace(tmp, str(out_dir))
+                print(f"  {policy}: FAILED: {run.failure}", file=sys.stderr)
     command = (
         "fleetgate bench routing"
         + (" --quick" if args.quick else "")
@@ -458,7 +572,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     files = plots(runs, out_dir)
     print(md)
     print("plots: " + ", ".join(str(f) for f in files))
-    return 0
+    return 1 if any(r.failure for r in runs) else 0
 
 
 if __name__ == "__main__":

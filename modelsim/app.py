@@ -1,7 +1,8 @@
 """The pod's HTTP API as a lean ASGI app (no framework: a fleet of pods shares one CPU budget).
 
 vLLM's OpenAI server surface: completions and chat (JSON or SSE), /v1/models, /health, /metrics,
-LoRA load/unload; plus the simulator's /admin endpoints for faults and state.
+LoRA load/unload; SGLang's native endpoints on SGLang-flavoured pods (sglang_api.py); plus the
+simulator's /admin endpoints for faults and state.
 """
 
 from __future__ import annotations
@@ -84,13 +85,18 @@ class SimApp:
     def __init__(self, pod: SimPod) -> None:
         self.pod = pod
         self.created = int(time.time())
+        self.routes = ROUTES
+        if pod.exporter.format == "sglang":  # SGLang's native endpoints, 404 on vLLM as on the real thing
+            from modelsim.sglang_api import SGLANG_ROUTES
+
+            self.routes = {**ROUTES, **SGLANG_ROUTES}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
         path: str = scope["path"]
         method: str = scope["method"]
-        route = ROUTES.get(path)
+        route = self.routes.get(path)
         try:
             if route is None:
                 raise OpenAIError(404, f"Not found: {path}", code="not_found")

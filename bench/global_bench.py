@@ -8,7 +8,11 @@ capacity agent, `fleetgate global-router`); this process is only the client. Sec
   * failover — two clusters under steady load, one killed (SIGKILL: gateway and pods) mid-run:
     requests lost, how long first attempts still hit the dead cluster, latency before/after;
   * ratelimit — the Redis Lua admission (one round trip per request) vs the in-process limiter:
-    latency, throughput, and the admitted count of two replicas sharing one limit vs the exact budget.
+    latency, throughput, and the admitted count of two replicas sharing one limit vs the exact budget;
+  * cost — batch shaping vs a cost-blind baseline on three priced clusters: batch tokens and $ per
+    cluster, cost saved, interactive TTFT kept (details and the cost definition: bench/global_cost.py).
+Writes the table to bench/results/global.md (`--out` overrides) and plots next to it
+(`<stem>_failover.png`, `<stem>_cost.png`); progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -34,12 +38,18 @@ from typing import Any
 import httpx
 import yaml
 
+from bench.own_report import results_header
 from bench.stats import percentile
 from global_router.tenants import hash_key
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results" / "global.md"
 API_KEY = "sk-bench"
+
+
+def progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
 
 
 pct = percentile  # one nearest-rank definition for every bench
@@ -118,10 +128,19 @@ class Fleet:
         self.grpc_port = 0
         self.clusters: list[Cluster] = []
 
-    def start_cluster(self, cid: str, pods: int, time_scale: float, cost: float = 2.5) -> Cluster:
+    def start_cluster(
+        self,
+        cid: str,
+        pods: int,
+        time_scale: float,
+        cost: float = 2.5,
+        *,
+        profile: str = "tiny",
+        capacity_type: str = "on-demand",
+    ) -> Cluster:
         sim = _spawn(
-            "sim", "--pods", str(pods), "--base-port", "0", "--profile", "tiny",
-            "--time-scale", str(time_scale), "--seed", str(len(self.clusters)),
+            "sim", "--pods", str(pods), "--base-port", "0", "--profile", profile,
+            "--time-scale", str(time_scale), "--seed", str(len(self.clusters)), "--log-level", "warning",
         )  # fmt: skip
         urls = _expect(sim.stdout, r"listening on (http://\S+)", pods)
         (self.tmp / f"{cid}.token").write_text(f"tok-{cid}")
@@ -135,7 +154,7 @@ class Fleet:
                 "tokenFile": str(self.tmp / f"{cid}.token"),
                 "reportIntervalMs": 250,
             },
-            "capacity": {"costPerGpuHour": cost},
+            "capacity": {"costPerGpuHour": cost, "capacityType": capacity_type},
         }
         path = self.tmp / f"{cid}.yaml"
         path.write_text(yaml.safe_dump(spec))
@@ -172,7 +191,13 @@ class Fleet:
 
 
 @contextlib.contextmanager
-def fleet(cluster_ids: list[str]) -> Iterator[Fleet]:
+def fleet(
+    cluster_ids: list[str],
+    *,
+    tenants: list[dict[str, Any]] | None = None,
+    selection: dict[str, Any] | None = None,
+) -> Iterator[Fleet]:
+    """`tenants`/`selection`: router config sections (camelCase); default one tenant keyed API_KEY."""
     with tempfile.TemporaryDirectory(prefix="fleetgate-bench-") as tmp:
         f = Fleet(Path(tmp))
         try:
@@ -183,9 +208,11 @@ def fleet(cluster_ids: list[str]) -> Iterator[Fleet]:
                     "staleAfterS": 1.5,
                     "agents": [{"clusterId": c, "tokenSha256": hash_key(f"tok-{c}")} for c in cluster_ids],
                 },
-                "tenants": [{"name": "bench", "apiKeySha256": [hash_key(API_KEY)]}],
+                "tenants": tenants or [{"name": "bench", "apiKeySha256": [hash_key(API_KEY)]}],
                 "failover": {"ejectAfterFailures": 2, "ejectBaseS": 5, "connectTimeoutS": 1.0},
             }
+            if selection is not None:
+                cfg["selection"] = selection
             path.write_text(yaml.safe_dump(cfg))
             grpc_port = _free_port()
             f.router = _spawn(
@@ -253,7 +280,7 @@ async def _max_rps(url: str, concurrency: int, seconds: float) -> tuple[float, i
 
 
 # --- sections ----------------------------------------------------------------------------------
-async def section_hop(quick: bool) -> list[Row]:
+async def section_hop(quick: bool, plot_dir: Path | None = None, stem: str = "global") -> list[Row]:
     n = 100 if quick else 400
     rows: list[Row] = []
     with fleet(["hop"]) as f:
@@ -261,6 +288,7 @@ async def section_hop(quick: bool) -> list[Row]:
         f.wait_fresh(["hop"])
         async with httpx.AsyncClient(timeout=30) as c:
             for stream in (False, True):
+                progress(f"[hop] {'streaming' if stream else 'non-streaming'}: {n} requests each way")
                 for _ in range(20):  # warm both paths' connection pools
                     await _timed(c, gw.url, stream)
                     await _timed(c, f.router_url, stream)
@@ -279,18 +307,20 @@ async def section_hop(quick: bool) -> list[Row]:
                     )
         secs = 2.0 if quick else 5.0
         for name, url in (("gateway direct", gw.url), ("through router", f.router_url)):
+            progress(f"[hop] max req/s {name} for {secs:.0f} s")
             rps, errs = await _max_rps(url, 32, secs)
             rows.append(Row("hop", f"max req/s, 32 concurrent, {name}", f"{rps:.0f}", f"{errs} errors"))
     return rows
 
 
-async def section_failover(quick: bool) -> list[Row]:
+async def section_failover(quick: bool, plot_dir: Path | None = None, stem: str = "global") -> list[Row]:
     run_s, kill_at = (5.0, 2.0) if quick else (10.0, 4.0)
     rows: list[Row] = []
     with fleet(["victim", "survivor"]) as f:
         victim = f.start_cluster("victim", pods=2, time_scale=0.05)
         f.start_cluster("survivor", pods=2, time_scale=0.05)
         f.wait_fresh(["victim", "survivor"])
+        progress(f"[failover] {run_s:.0f} s of load, victim killed at {kill_at:.0f} s")
         results: list[tuple[float, float, int, str]] = []  # (start, end, status, cluster)
         failover_samples: list[tuple[float, float]] = []
         t0 = time.monotonic()
@@ -322,9 +352,18 @@ async def section_failover(quick: bool) -> list[Row]:
                 nonlocal killed_at
                 await asyncio.sleep(kill_at)
                 killed_at = time.monotonic()
+                progress("[failover] SIGKILL victim (gateway and pods)")
                 await asyncio.to_thread(victim.kill)
 
             await asyncio.gather(*(worker() for _ in range(16)), sampler(), killer())
+        progress(f"[failover] {len(results)} requests done")
+        if plot_dir is not None:
+            from bench.plots import failover_timeline, per_second
+
+            path = failover_timeline(
+                per_second(results, t0), killed_at - t0, plot_dir / f"{stem}_failover.png"
+            )
+            progress(f"[failover] wrote {path}")
         lost = [r for r in results if r[2] != 200]
         inflight_at_kill = sum(1 for s, e, _, _ in results if s < killed_at < e)
         final = failover_samples[-1][1] if failover_samples else 0.0
@@ -357,7 +396,7 @@ async def section_failover(quick: bool) -> list[Row]:
     return rows
 
 
-async def section_ratelimit(quick: bool) -> list[Row]:
+async def section_ratelimit(quick: bool, plot_dir: Path | None = None, stem: str = "global") -> list[Row]:
     import redis.asyncio as aioredis
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
@@ -373,6 +412,7 @@ async def section_ratelimit(quick: bool) -> list[Row]:
         def client() -> aioredis.Redis:
             return aioredis.Redis.from_url(url, socket_timeout=1, retry=Retry(NoBackoff(), 0))
 
+        progress("[ratelimit] redis-server up; sequential admissions, then 2 replicas")
         rcfg = RedisConfig(url=url)
         clients = [client(), client()]
         replicas = [RedisLimiter(cl, rcfg, RateLimitSettings()) for cl in clients]
@@ -487,12 +527,27 @@ def redis_server() -> Iterator[str | None]:
             proc.wait(10)
 
 
-SECTIONS = {"hop": section_hop, "failover": section_failover, "ratelimit": section_ratelimit}
+async def section_cost(quick: bool, plot_dir: Path | None = None, stem: str = "global") -> list[Row]:
+    from bench.global_cost import section_cost as run_cost  # it imports this module
+
+    return await run_cost(quick, plot_dir, stem)
+
+
+SECTIONS = {
+    "hop": section_hop,
+    "failover": section_failover,
+    "ratelimit": section_ratelimit,
+    "cost": section_cost,
+}
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def table(rows: Sequence[Row]) -> str:
     out = ["| section | metric | value | note |", "| --- | --- | --- | --- |"]
-    out += [f"| {r.section} | {r.metric} | {r.value} | {r.note} |" for r in rows]
+    out += [f"| {r.section} | {_cell(r.metric)} | {_cell(r.value)} | {_cell(r.note)} |" for r in rows]
     return "\n".join(out)
 
 
@@ -500,16 +555,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.global_bench", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer requests, shorter runs")
     ap.add_argument("--section", choices=[*SECTIONS, "all"], default="all")
-    ap.add_argument("--out", type=Path, help="also write the markdown table here")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        help="markdown table (default bench/results/global.md, global_quick.md with --quick); "
+        "plots go next to it as <stem>_*.png",
+    )
+    ap.add_argument("--no-plots", action="store_true", help="table only")
     args = ap.parse_args(argv)
     names = list(SECTIONS) if args.section == "all" else [args.section]
+    out: Path = args.out or RESULTS.with_name("global_quick.md" if args.quick else "global.md")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plot_dir = None if args.no_plots else out.parent
     rows: list[Row] = []
     for name in names:
-        rows += asyncio.run(SECTIONS[name](args.quick))
+        progress(f"== section {name} ({'quick' if args.quick else 'full'})")
+        t = time.monotonic()
+        rows += asyncio.run(SECTIONS[name](args.quick, plot_dir, out.stem))
+        progress(f"== section {name} done in {time.monotonic() - t:.0f} s")
     text = table(rows)
     print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    out.write_text(results_header("global", "bench.global_bench", argv) + text + "\n")
+    progress(f"wrote {out}")
     return 0
 
 

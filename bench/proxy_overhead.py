@@ -9,6 +9,8 @@ the client. Sections:
   * the ext_proc pick path: a gRPC client playing Envoy (headers + body → destination), and,
     when the envoy binary is present, a full request through Envoy + picker vs. direct;
   * the web-framework choice: a bare ASGI app vs. the same endpoint on litestar.
+Writes the table to bench/results/overhead.md (`--out` overrides) and the latency distributions
+(direct vs gateway vs Envoy + picker) to `<stem>_latency.png` next to it; progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import logging
 import math
 import os
 import re
@@ -35,8 +38,23 @@ from typing import Any
 
 import httpx
 
+from bench.own_report import results_header
+
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results" / "overhead.md"
+
+# measurement ("non-streaming" | "streaming TTFB") -> path ("direct to pod", ...) -> seconds
+Samples = dict[str, dict[str, list[float]]]
+
+
+def progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _keep(samples: Samples | None, label: str, path: str, values: list[float]) -> None:
+    if samples is not None:
+        samples.setdefault(label, {}).setdefault(path, []).extend(values)
 
 
 def pct(values: Sequence[float], q: float) -> float:
@@ -177,7 +195,7 @@ async def timed_request(c: httpx.AsyncClient, url: str, stream: bool) -> float:
     raise RuntimeError("empty stream")
 
 
-async def added_latency(pods: list[str], gw: str, n: int) -> list[Row]:
+async def added_latency(pods: list[str], gw: str, n: int, samples: Samples | None = None) -> list[Row]:
     rows = []
     async with httpx.AsyncClient(timeout=30) as c:
         for stream in (False, True):
@@ -189,6 +207,8 @@ async def added_latency(pods: list[str], gw: str, n: int) -> list[Row]:
                 direct.append(await timed_request(c, pods[i % len(pods)], stream))
                 via.append(await timed_request(c, gw, stream))
             label = "streaming TTFB" if stream else "non-streaming"
+            _keep(samples, label, "direct to pod", direct)
+            _keep(samples, label, "via gateway", via)
             rows.append(
                 Row("latency", f"{label}: direct to pod", pct(direct, 50) * 1e3, pct(direct, 99) * 1e3)
             )
@@ -339,7 +359,7 @@ async def extproc_pick(port: int, n: int) -> list[Row]:
     ]
 
 
-async def via_envoy(pods: list[str], extproc_port: int, n: int) -> list[Row]:
+async def via_envoy(pods: list[str], extproc_port: int, n: int, samples: Samples | None = None) -> list[Row]:
     from cluster_gateway.extproc.envoy_config import envoy_bootstrap
 
     envoy = Path(sys.executable).parent / "envoy"
@@ -374,6 +394,7 @@ async def via_envoy(pods: list[str], extproc_port: int, n: int) -> list[Row]:
                         direct.append(await timed_request(c, pods[i % len(pods)], stream))
                         via.append(await timed_request(c, url, stream))
                     label = "streaming TTFB" if stream else "non-streaming"
+                    _keep(samples, label, "via Envoy + picker", via)
                     rows.append(
                         Row(
                             "ext_proc",
@@ -462,10 +483,11 @@ def table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
-async def run(quick: bool) -> list[Row]:
+async def run(quick: bool, samples: Samples | None = None) -> list[Row]:
     n = 150 if quick else 600
     seconds = 2.0 if quick else 6.0
     rows: list[Row] = []
+    progress("[overhead] starting 4 simulated pods and the gateway")
     with processes(pods=4) as (pods, gw, extproc_port, gw_pid):
         async with httpx.AsyncClient(timeout=5) as c:
             for _ in range(200):
@@ -474,11 +496,25 @@ async def run(quick: bool) -> list[Row]:
                     if r.status_code == 200 and r.json()["readyPods"] == len(pods):
                         break
                 await asyncio.sleep(0.05)
-        rows += await added_latency(pods, gw, n)
-        rows += await throughput(pods, gw, gw_pid, concurrency=32, seconds=seconds)
-        rows += await burst(pods, gw, 300 if quick else 1000)
-        rows += await extproc_pick(extproc_port, n)
-        rows += await via_envoy(pods, extproc_port, n // 2)
+        steps: list[tuple[str, Callable[[], Awaitable[list[Row]]]]] = [
+            (f"added latency, {n} sequential requests per path", lambda: added_latency(pods, gw, n, samples)),
+            (
+                f"max req/s at concurrency 32 for {seconds:.0f} s per path",
+                lambda: throughput(pods, gw, gw_pid, concurrency=32, seconds=seconds),
+            ),
+            (f"burst of {300 if quick else 1000}", lambda: burst(pods, gw, 300 if quick else 1000)),
+            (f"ext_proc pick, {n} round trips", lambda: extproc_pick(extproc_port, n)),
+            (
+                f"via Envoy + picker, {n // 2} per path",
+                lambda: via_envoy(pods, extproc_port, n // 2, samples),
+            ),
+        ]
+        for i, (what, step) in enumerate(steps, start=1):
+            t = time.perf_counter()
+            progress(f"[overhead] {i}/{len(steps) + 1} {what}")
+            rows += await step()
+            progress(f"[overhead]     done in {time.perf_counter() - t:.1f} s")
+    progress(f"[overhead] {len(steps) + 1}/{len(steps) + 1} web frameworks, {n} requests each")
     rows += await frameworks(n)
     return rows
 
@@ -486,9 +522,32 @@ async def run(quick: bool) -> list[Row]:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.proxy_overhead", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer requests and shorter load (CI smoke)")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        help="markdown table (default bench/results/overhead.md, overhead_quick.md with --quick); "
+        "the plot goes next to it as <stem>_latency.png",
+    )
+    ap.add_argument("--no-plots", action="store_true", help="table only")
     args = ap.parse_args(argv)
-    rows = asyncio.run(run(args.quick))
-    print(table(rows))
+    out: Path = args.out or RESULTS.with_name("overhead_quick.md" if args.quick else "overhead.md")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    samples: Samples = {}
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # litestar's log config would print every request
+    rows = asyncio.run(run(args.quick, samples))
+    text = table(rows)
+    print(text)
+    out.write_text(results_header("overhead", "bench.proxy_overhead", argv) + text + "\n")
+    progress(f"[overhead] wrote {out}")
+    if not args.no_plots and samples:
+        from bench.plots import latency_cdfs
+
+        png = latency_cdfs(
+            samples,
+            out.parent / f"{out.stem}_latency.png",
+            "Request latency: direct to pod vs via gateway vs via Envoy + picker (sequential)",
+        )
+        progress(f"[overhead] wrote {png}")
     return 0
 
 

@@ -34,6 +34,18 @@ class Endpoint:
         return f"http://{self.address}:{self.port}"
 
 
+@dataclass(frozen=True, slots=True)
+class PodPerf:
+    """How fast a pod serves, from its own latency histograms over a recent window (the capacity
+    agent's TTFT/headroom estimates); None where the engine exports no such figure or has served nothing."""
+
+    prefill_s: float | None = None  # start of running -> first token (queueing excluded)
+    service_s: float | None = None  # how long a request holds a running slot (prefill + decode)
+    itl_s: float | None = None  # time per output token of one running sequence
+    footprint_tokens: float | None = None  # mean prompt + output tokens per request (KV per request)
+    running_cap: int | None = None  # most requests seen running while others waited with KV to spare
+
+
 @dataclass(slots=True)
 class PodMetrics:
     """One scrape's engine-neutral view of a pod. TGI has no KV or LoRA gauges (None / empty)."""
@@ -50,6 +62,7 @@ class PodMetrics:
     batch_max_tokens: int | None = None  # TGI: tgi_batch_current_max_tokens
     prefix_cache_hit_rate: float | None = None
     scraped_at: float = 0.0  # time.monotonic() of the scrape
+    perf: PodPerf | None = None  # measured service times (see PodPerf)
 
 
 @dataclass(slots=True)

@@ -19,16 +19,9 @@ saturated = waiting ≥ `saturation.queueDepth` or KV usage ≥ `saturation.kvUs
 sums; kv_headroom is the mean of (1 - KV usage) over pods with a KV gauge (TGI has none: then the
 share of unsaturated pods); adapters resident = the union of running adapters.
 
-Service model (see `ServiceModel`): a pod's concurrency C is what fits in its KV cache at the current
-per-request footprint (running / KV usage, clamped to 1..256), or, idle or without a KV gauge, a
-default. Requests beyond
-the KV threshold wait; a waiting request starts when one of the C running requests finishes, and a
-request takes `mean_output_tokens / decode_tokens_per_s` seconds, so a pod serves C / S requests per
-second. A new request's TTFT on a pod = prefill + (queue ahead of it) / (service rate), and the
-cluster's estimate is that of its best unsaturated pod (the gateway picks the best pod). Headroom =
-requests the ready pods can still take before they saturate: room in KV below the threshold plus
-room in the queue below the depth threshold, minus requests dispatched since the last scrape.
-tokens_per_second is the current generation rate: running sequences x `decode_tokens_per_s`.
+Pod speed and concurrency (TTFT, headroom, tokens/s per pod) come from the service model in
+`cluster_gateway.agent.service_model`; the cluster's TTFT estimate is that of its best unsaturated
+pod (the gateway picks the best pod), headroom and tokens/s are sums over its ready pods.
 """
 
 from __future__ import annotations
@@ -41,27 +34,16 @@ from dataclasses import dataclass, field
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from cluster_gateway.pool import EndpointPool, PodState
+from cluster_gateway.agent.service_model import (
+    ServiceModel,
+    estimate_ttft_ms,
+    pod_speed,
+    pooled_perf,
+    service_model,
+)
+from cluster_gateway.pool import EndpointPool, PodPerf, PodState
 from common.config.gateway import GatewaySpec, Saturation
 from common.proto.fleetgate.v1 import capacity_pb2
-
-
-@dataclass(frozen=True, slots=True)
-class ServiceModel:
-    """Assumptions for TTFT/throughput estimates where the metrics say nothing (documented above)."""
-
-    prefill_ms: float = 80.0  # TTFT of a request that starts at once
-    decode_tokens_per_s: float = 40.0  # per running sequence
-    mean_output_tokens: float = 200.0
-    default_concurrency: int = 16  # idle pods and engines without a KV gauge (TGI)
-    max_concurrency: int = 256  # clamp for the KV-derived estimate (vLLM's default max_num_seqs)
-
-    @property
-    def service_s(self) -> float:
-        return self.mean_output_tokens / self.decode_tokens_per_s
-
-
-DEFAULT_SERVICE = ServiceModel()
 
 
 @dataclass(slots=True)
@@ -74,9 +56,9 @@ class _PodView:
     running_adapters: frozenset[str]
     dispatched: int
     saturated: bool
-    concurrency: float
     headroom: int
     ttft_ms: float
+    tokens_per_s: float
 
 
 @dataclass(slots=True)
@@ -161,47 +143,31 @@ def _exact_bases(pod: PodState) -> dict[str, AbstractSet[str]]:
     return dict(bases)
 
 
-def _pod_view(pod: PodState, saturation: Saturation, svc: ServiceModel) -> _PodView:
+def _pod_view(pod: PodState, saturation: Saturation, svc: ServiceModel, pooled: PodPerf) -> _PodView:
     m = pod.metrics
     assert m is not None
-    kv = m.kv_usage
-    if kv is not None and kv > 0 and m.running > 0:
-        concurrency = min(float(svc.max_concurrency), max(1.0, m.running / kv))
-    else:
-        concurrency = float(svc.default_concurrency)
+    speed = pod_speed(m, saturation, svc, pooled)
     saturated = is_saturated(pod, saturation)
     if saturated:
         headroom = 0
     else:
-        if kv is not None:
-            kv_room = max(0, math.floor(concurrency * saturation.kv_usage) - m.running)
-        else:
-            kv_room = max(0, svc.default_concurrency - m.running)
+        slot_room = max(0, math.floor(speed.slots) - m.running)
         queue_room = max(0, saturation.queue_depth - 1 - m.waiting)
-        headroom = max(0, kv_room + queue_room - pod.dispatched_since_scrape)
-    # Requests ahead of a new one that cannot start at once: those waiting plus overflow of the
-    # requests dispatched since the scrape beyond the free running slots.
-    free_slots = max(0.0, concurrency * (saturation.kv_usage if kv is not None else 1.0) - m.running)
-    ahead = m.waiting + max(0.0, pod.dispatched_since_scrape - free_slots)
-    if m.waiting == 0 and ahead <= 0 and free_slots >= 1:
-        ttft_ms = svc.prefill_ms
-    else:
-        rate = concurrency / svc.service_s  # requests finished per second when busy
-        ttft_ms = svc.prefill_ms + (ahead + 1) / rate * 1000.0
+        headroom = max(0, slot_room + queue_room - pod.dispatched_since_scrape)
     return _PodView(
         waiting=m.waiting,
         running=m.running,
-        kv_usage=kv,
+        kv_usage=m.kv_usage,
         running_adapters=m.running_adapters,
         dispatched=pod.dispatched_since_scrape,
         saturated=saturated,
-        concurrency=concurrency,
         headroom=headroom,
-        ttft_ms=ttft_ms,
+        ttft_ms=estimate_ttft_ms(speed, m.waiting, m.running, pod.dispatched_since_scrape),
+        tokens_per_s=m.running * speed.decode_tokens_per_s,
     )
 
 
-def _model_capacity(name: str, agg: _ModelAgg, svc: ServiceModel) -> capacity_pb2.ModelCapacity:
+def _model_capacity(name: str, agg: _ModelAgg) -> capacity_pb2.ModelCapacity:
     pods = agg.pods
     resident: set[str] = set()
     for p in pods:
@@ -230,7 +196,7 @@ def _model_capacity(name: str, agg: _ModelAgg, svc: ServiceModel) -> capacity_pb
         adapters_resident=sorted(resident),
         adapters_available=sorted(agg.adapters_available | resident),
         est_ttft_ms=est_ttft,
-        tokens_per_second=sum(p.running for p in pods) * svc.decode_tokens_per_s,
+        tokens_per_second=sum(p.tokens_per_s for p in pods),
         headroom_requests=sum(p.headroom for p in pods),
     )
 
@@ -241,14 +207,16 @@ def build_report(
     seq: int,
     saturation: Saturation,
     *,
-    service: ServiceModel = DEFAULT_SERVICE,
+    service: ServiceModel | None = None,
     now: float | None = None,
     wall_time: float | None = None,
     url: str | None = None,
 ) -> capacity_pb2.CapacityReport:
     """One report for the whole pool; `now` is monotonic (as `PodMetrics.scraped_at`); `url`
-    overrides the gateway URL derived from the spec (e.g. the port actually bound)."""
+    overrides the gateway URL derived from the spec (e.g. the port actually bound); `service`
+    defaults to `service_model(spec)`."""
     now = time.monotonic() if now is None else now
+    service = service_model(spec) if service is None else service
     pods = pool.pods()
     bases_by_pod = classify_models(pods)
     all_bases = {b for bases in bases_by_pod for b in bases}
@@ -257,15 +225,18 @@ def build_report(
     )
     max_staleness_s = spec.scrape.max_staleness_ms / 1000.0
 
-    per_model: dict[str, _ModelAgg] = {name: _ModelAgg() for name in all_bases}
+    ready: dict[str, list[tuple[PodState, AbstractSet[str]]]] = {name: [] for name in all_bases}
     for pod, pod_bases in zip(pods, bases_by_pod, strict=True):
         bases = pod_bases or (sole_base if not pod.models else {})
-        if not bases or not is_ready(pod, max_staleness_s, now):
-            continue
-        view = _pod_view(pod, saturation, service)
-        for base, adapters in bases.items():
-            agg = per_model[base]
-            agg.pods.append(view)
+        if bases and is_ready(pod, max_staleness_s, now):
+            for base, adapters in bases.items():
+                ready[base].append((pod, adapters))
+    per_model: dict[str, _ModelAgg] = {}
+    for base, members in ready.items():
+        agg = per_model[base] = _ModelAgg()
+        pooled = pooled_perf(pod for pod, _ in members)  # a model's pods usually run on one GPU type
+        for pod, adapters in members:
+            agg.pods.append(_pod_view(pod, saturation, service, pooled))
             agg.adapters_available |= adapters
 
     report = capacity_pb2.CapacityReport(
@@ -275,7 +246,7 @@ def build_report(
         gateway_url=url or gateway_url(spec),
         sequence=seq,
         sent_at=_timestamp(time.time() if wall_time is None else wall_time),
-        models=[_model_capacity(name, per_model[name], service) for name in sorted(per_model)],
+        models=[_model_capacity(name, per_model[name]) for name in sorted(per_model)],
         cost_per_gpu_hour=spec.capacity.cost_per_gpu_hour,
         gpus=len(pods) * spec.capacity.gpus_per_pod,
         capacity_type=(

@@ -28,14 +28,8 @@ from tenacity import (
     wait_random,
 )
 
-from cluster_gateway.agent.aggregate import (
-    DEFAULT_SERVICE,
-    ServiceModel,
-    build_report,
-    default_saturation,
-    gateway_url,
-    significant_state,
-)
+from cluster_gateway.agent.aggregate import build_report, default_saturation, gateway_url, significant_state
+from cluster_gateway.agent.service_model import ServiceModel, service_model
 from cluster_gateway.pool import EndpointPool
 from common.config.gateway import GatewaySpec, Saturation
 from common.config.loader import ConfigError
@@ -76,7 +70,7 @@ class CapacityAgent:
         *,
         token: str,
         saturation: Saturation | None = None,
-        service: ServiceModel = DEFAULT_SERVICE,
+        service: ServiceModel | None = None,
         check_interval_s: float = 0.1,
         min_early_gap_s: float = 0.25,
         backoff_initial_s: float = 0.2,
@@ -98,7 +92,7 @@ class CapacityAgent:
         self.link = spec.global_router
         self.pool = pool
         self.saturation = saturation if saturation is not None else default_saturation(spec)
-        self.service = service
+        self.service = service if service is not None else service_model(spec)
         self.check_interval_s = check_interval_s
         self.min_early_gap_s = min_early_gap_s
         self.backoff_initial_s = backoff_initial_s

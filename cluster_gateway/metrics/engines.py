@@ -20,11 +20,16 @@ from cluster_gateway.pool import EngineType, PodMetrics
 from common.promtext import FamilyReader, Sample, reader_for
 
 Families = Mapping[str, list[Sample]]
+# Latency/size figure → (sum, count) sample names to read it from, first present wins.
+PerfSources = Mapping[str, tuple[tuple[str, str], ...]]
+# Latency/size figure → cumulative (sum, count) since the pod started (see `PerfSources`).
+PerfCounters = dict[str, tuple[float, float]]
 
 __all__ = [
     "ENGINES",
     "EngineMapping",
     "MetricsMappingError",
+    "PerfCounters",
     "PodSample",
     "PrefixCounters",
     "detect_engine",
@@ -49,12 +54,15 @@ class PrefixCounters:
 class PodSample:
     metrics: PodMetrics
     prefix: PrefixCounters | None  # None: the engine exposes no prefix-cache counters
+    perf: PerfCounters | None  # latency/size histograms' cumulative (sum, count); None: not read
 
 
 class EngineMapping(Protocol):
     engine: EngineType
-    wanted: frozenset[str]  # metric names this mapping reads
+    wanted: frozenset[str]  # metric names this mapping reads on every scrape (`perf` names: on request)
     signature: frozenset[str]  # any of these present ⇒ the body comes from this engine
+    perf: PerfSources  # figures for the capacity agent: ttft, queue, prefill, inference, e2e, itl,
+    # prompt_tokens, output_tokens (each a mean per request or per token)
 
     def to_metrics(self, families: Families, scraped_at: float) -> PodMetrics: ...
 
@@ -102,6 +110,26 @@ def _int_label(value: str | None) -> int | None:
         return None
 
 
+def _hist(*names: str) -> tuple[tuple[str, str], ...]:
+    return tuple((f"{n}_sum", f"{n}_count") for n in names)
+
+
+def _perf_names(sources: PerfSources) -> frozenset[str]:
+    return frozenset(n for pairs in sources.values() for pair in pairs for n in pair)
+
+
+def perf_counters(families: Families, sources: PerfSources) -> PerfCounters:
+    """Each figure's (sum, count) summed over samples (model names, DP ranks); absent figures omitted."""
+    out: PerfCounters = {}
+    for figure, pairs in sources.items():
+        for sum_name, count_name in pairs:
+            total, count = _sum(families, sum_name), _sum(families, count_name)
+            if total is not None and count is not None:
+                out[figure] = (total, count)
+                break
+    return out
+
+
 def _adapters(value: str) -> frozenset[str]:
     return frozenset(a.strip() for a in value.split(",") if a.strip())
 
@@ -127,6 +155,16 @@ def _cache_geometry(samples: list[Sample] | None, size_label: str, count_label: 
 class VllmMapping:
     engine: EngineType = "vllm"
     signature = frozenset({"vllm:num_requests_waiting", "vllm:num_requests_running"})
+    perf: PerfSources = {
+        "ttft": _hist("vllm:time_to_first_token_seconds"),
+        "queue": _hist("vllm:request_queue_time_seconds"),
+        "prefill": _hist("vllm:request_prefill_time_seconds"),
+        "inference": _hist("vllm:request_inference_time_seconds"),
+        "e2e": _hist("vllm:e2e_request_latency_seconds"),
+        "itl": _hist("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+        "prompt_tokens": _hist("vllm:request_prompt_tokens"),
+        "output_tokens": _hist("vllm:request_generation_tokens"),
+    }
     wanted = signature | {
         "vllm:kv_cache_usage_perc",
         "vllm:gpu_cache_usage_perc",  # before vLLM 0.10
@@ -178,6 +216,14 @@ class VllmMapping:
 class SglangMapping:
     engine: EngineType = "sglang"
     signature = frozenset({"sglang:num_queue_reqs", "sglang:num_running_reqs"})
+    perf: PerfSources = {
+        "ttft": _hist("sglang:time_to_first_token_seconds"),
+        "queue": _hist("sglang:queue_time_seconds"),
+        "e2e": _hist("sglang:e2e_request_latency_seconds"),
+        "itl": _hist("sglang:inter_token_latency_seconds"),
+        "prompt_tokens": (("sglang:prompt_tokens_total", "sglang:num_requests_total"),),
+        "output_tokens": (("sglang:generation_tokens_total", "sglang:num_requests_total"),),
+    }
     wanted = signature | {"sglang:token_usage", "sglang:cache_config_info", "sglang:cache_hit_rate"}
 
     def to_metrics(self, families: Families, scraped_at: float) -> PodMetrics:
@@ -202,6 +248,14 @@ class TgiMapping:
 
     engine: EngineType = "tgi"
     signature = frozenset({"tgi_queue_size", "tgi_batch_current_size"})
+    perf: PerfSources = {  # no TTFT/prefill histogram: prefill comes from the agent's fallback
+        "queue": _hist("tgi_request_queue_duration"),
+        "inference": _hist("tgi_request_inference_duration"),
+        "e2e": _hist("tgi_request_duration"),
+        "itl": _hist("tgi_request_mean_time_per_token_duration"),
+        "prompt_tokens": _hist("tgi_request_input_length"),
+        "output_tokens": _hist("tgi_request_generated_tokens"),
+    }
     wanted = signature | {"tgi_batch_current_max_tokens"}
 
     def to_metrics(self, families: Families, scraped_at: float) -> PodMetrics:
@@ -225,6 +279,9 @@ ENGINES: dict[EngineType, EngineMapping] = {
 }
 
 _ANY_ENGINE: FamilyReader = reader_for(frozenset().union(*(m.wanted for m in ENGINES.values())))
+_ANY_ENGINE_PERF: FamilyReader = reader_for(
+    frozenset().union(*(m.wanted | _perf_names(m.perf) for m in ENGINES.values()))
+)
 
 
 def _detect(families: Families) -> EngineType | None:
@@ -239,21 +296,30 @@ def detect_engine(body: bytes | str) -> EngineType | None:
     return _detect(_ANY_ENGINE.read(body))
 
 
-def read_pod_sample(body: bytes | str, engine: EngineType | None, scraped_at: float) -> PodSample:
+def read_pod_sample(
+    body: bytes | str, engine: EngineType | None, scraped_at: float, *, perf: bool = False
+) -> PodSample:
     """Parse a `/metrics` body into PodMetrics (+ raw prefix counters); `engine=None` detects it.
+    `perf` also reads the latency histograms' sums and counts (about 3x the parse time of a vLLM
+    body, as every bucket line of those histograms is a near match: the scraper asks once a second).
 
     Raises MetricsMappingError (or common.promtext.PromTextError, also a ValueError) for a body
     that cannot be used.
     """
     if engine is None:
-        families = _ANY_ENGINE.read(body)
+        families = (_ANY_ENGINE_PERF if perf else _ANY_ENGINE).read(body)
         engine = _detect(families)
         if engine is None:
             raise MetricsMappingError("no vLLM, SGLang or TGI metrics in the body")
     else:
-        families = reader_for(ENGINES[engine].wanted).read(body)
+        wanted = ENGINES[engine].wanted
+        families = reader_for(wanted | _perf_names(ENGINES[engine].perf) if perf else wanted).read(body)
     mapping = ENGINES[engine]
-    return PodSample(mapping.to_metrics(families, scraped_at), mapping.prefix_counters(families))
+    return PodSample(
+        mapping.to_metrics(families, scraped_at),
+        mapping.prefix_counters(families),
+        perf_counters(families, mapping.perf) if perf else None,
+    )
 
 
 def read_pod_metrics(body: bytes | str, engine: EngineType | None, scraped_at: float) -> PodMetrics:

@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from cluster_gateway.metrics.engines import read_pod_sample
 from cluster_gateway.metrics.fetch import Fetcher, FetchError, HttpxFetcher, KeepAliveFetcher
+from cluster_gateway.metrics.perf_window import PerfWindow
 from cluster_gateway.metrics.prefix_window import PrefixHitWindow
 from cluster_gateway.metrics.served_models import ServedModels, parse_models_list, parse_tgi_info
 from cluster_gateway.pool import Endpoint, EndpointPool, EngineType
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 
 _DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _MODELS_RETRY_S = 1.0  # until a pod's first /v1/models answer, retry at least this often
+_PERF_EVERY_S = 1.0  # latency histograms (for the capacity agent) are read at most this often
 
 
 class ScraperMetrics:
@@ -84,6 +86,8 @@ class Scraper:
         self._seen_version = -1
         self._detected: dict[str, tuple[Endpoint, EngineType]] = {}
         self._prefix = PrefixHitWindow()
+        self._perf = PerfWindow()
+        self._perf_read_at: dict[str, float] = {}
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = ScraperMetrics(self.registry)
 
@@ -124,6 +128,8 @@ class Scraper:
             self._detected.pop(name, None)
             self._fetcher.forget(name)
             self._prefix.forget(name)
+            self._perf.forget(name)
+            self._perf_read_at.pop(name, None)
         for name in current:
             if name not in self._workers:  # loops read the pod's endpoint from the pool each time
                 self._workers[name] = [
@@ -200,8 +206,9 @@ class Scraper:
             body = await self._fetch(endpoint, "/metrics", "metrics")
             engine = self._engine_for(name, endpoint)
             scraped_at = time.monotonic()
+            with_perf = scraped_at - self._perf_read_at.get(name, -_PERF_EVERY_S) >= _PERF_EVERY_S
             try:
-                sample = read_pod_sample(body, engine, scraped_at)
+                sample = read_pod_sample(body, engine, scraped_at, perf=with_perf)
             except ValueError as exc:
                 self._detected.pop(name, None)  # a different engine may now answer at this name
                 raise FetchError("bad_body", str(exc)) from None
@@ -212,6 +219,9 @@ class Scraper:
                 metrics.prefix_cache_hit_rate = self._prefix.update(
                     name, scraped_at, sample.prefix, metrics.prefix_cache_hit_rate
                 )
+            if with_perf:
+                self._perf_read_at[name] = scraped_at
+            metrics.perf = self._perf.update(name, scraped_at, sample.perf, metrics)
         except FetchError as exc:
             self.metrics.failures.labels(exc.reason).inc()
             self._pool.record_scrape_failure(name, self._cfg.stale_after_misses)

@@ -130,11 +130,21 @@ class GlobalRouterLink(_Base, kw_only=True):
     ca_file: str | None = None
 
 
+class PodPerformance(_Base, kw_only=True):
+    """What one pod sustains, for the agent's TTFT/headroom estimates before its pods have served
+    anything (their own latency histograms and observed running cap win once they have)."""
+
+    prefill_ms: PositiveFloat | None = None  # unloaded time to first token
+    decode_tokens_per_second: PositiveFloat | None = None  # per running sequence
+    max_running_requests: Annotated[int, Meta(ge=1)] | None = None  # the engine's max_num_seqs
+
+
 class CapacityInfo(_Base, kw_only=True):
     cost_per_gpu_hour: NonNegFloat = 2.5
     capacity_type: Literal["on-demand", "spot"] = "on-demand"
     draining: bool = False
     gpus_per_pod: Annotated[int, Meta(ge=1)] = 1
+    pod_performance: PodPerformance = msgspec.field(default_factory=PodPerformance)
 
 
 class GatewaySpec(_Base, kw_only=True):

@@ -1,0 +1,165 @@
+"""How fast a pod serves and how many requests it runs at once: the capacity agent's service model.
+
+Service model: each pod is a server of C parallel slots; a request holds a slot for S seconds, so a
+busy pod finishes C / S requests a second. A new request's TTFT on a pod = prefill when a slot is
+free, else prefill + the longer of (queue ahead + 1) / (C / S) (a slot frees up) and queue ahead x
+prefill (the prompts ahead are prefilled first); the cluster's estimate is that of its best
+unsaturated pod (the gateway picks the best pod). Each figure comes from the pod's own histograms
+over the last 30 s (`PodMetrics.perf`, see `cluster_gateway.metrics.perf_window`), else the mean
+over the model's other pods that measured it, else the spec's `capacity.podPerformance`, else a default:
+- prefill: the prefill phase (vLLM), TTFT - queue time (SGLang), `prefillMs`, 80 ms;
+- S: the running phase (vLLM, TGI), end-to-end - queue time (SGLang), else mean output tokens /
+  decode rate; decode rate per sequence: 1 / inter-token latency, `decodeTokensPerSecond`, 40;
+- C = min(KV-bound, cap). KV-bound: KV pool tokens (vLLM/SGLang cache geometry) / tokens per
+  request (the larger of mean prompt + output, 1000 before any request, and what the running
+  requests hold now); without the geometry, running / KV usage. Cap: the running count seen
+  holding while requests waited with KV to spare (the engine's `max_num_seqs`, which no engine
+  exports), `maxRunningRequests`, 256 (vLLM's default); TGI (no KV gauge) without either: 16.
+Headroom = requests the ready pods can take before they saturate: free slots below the KV threshold
+(and the cap) plus room in the queue below the depth threshold, minus requests dispatched since the
+last scrape. tokens_per_second = running sequences x each pod's decode rate.
+With no traffic and no `podPerformance`, pods of different speed look alike: only the KV pool tells
+them apart, so set `capacity.podPerformance` for clusters whose pods are slow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from cluster_gateway.pool import PodMetrics, PodPerf, PodState
+from common.config.gateway import GatewaySpec, Saturation
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceModel:
+    """Fallbacks for what a pod has not measured yet (documented above); `service_model(spec)`
+    applies the spec's `capacity.podPerformance`."""
+
+    prefill_ms: float = 80.0  # TTFT of a request that starts at once
+    decode_tokens_per_s: float = 40.0  # per running sequence
+    mean_output_tokens: float = 200.0
+    footprint_tokens: float = 1000.0  # KV tokens per request (prompt + output)
+    default_concurrency: int = 16  # idle pods and engines without a KV gauge (TGI)
+    max_concurrency: int = 256  # clamp for the KV-derived estimate (vLLM's default max_num_seqs)
+    max_running: int | None = None  # the engines' configured cap, when the spec gives it
+
+    @property
+    def service_s(self) -> float:
+        return self.mean_output_tokens / self.decode_tokens_per_s
+
+
+DEFAULT_SERVICE = ServiceModel()
+
+
+def service_model(spec: GatewaySpec, base: ServiceModel = DEFAULT_SERVICE) -> ServiceModel:
+    """`base` with the spec's `capacity.podPerformance` hints applied."""
+    hint = spec.capacity.pod_performance
+    return ServiceModel(
+        prefill_ms=hint.prefill_ms or base.prefill_ms,
+        decode_tokens_per_s=hint.decode_tokens_per_second or base.decode_tokens_per_s,
+        mean_output_tokens=base.mean_output_tokens,
+        footprint_tokens=base.footprint_tokens,
+        default_concurrency=base.default_concurrency,
+        max_concurrency=base.max_concurrency,
+        max_running=hint.max_running_requests or base.max_running,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PodSpeed:
+    """One pod's service figures: measured where it has them, else the ServiceModel's."""
+
+    prefill_s: float
+    service_s: float  # a request's hold on a running slot
+    decode_tokens_per_s: float  # per running sequence
+    concurrency: float  # C: requests it runs at once at the current footprint
+    slots: float  # requests it runs before saturating (KV threshold) or queueing (cap)
+
+
+def pooled_perf(pods: Iterable[PodState]) -> PodPerf:
+    """The mean of each figure over the pods that measured it: what a pod that has not served yet
+    (just started, or passed over) most likely measures, as pods serving one model usually run alike."""
+    perfs = [p.metrics.perf for p in pods if p.metrics is not None and p.metrics.perf is not None]
+
+    def mean(name: str) -> float | None:
+        values = [v for perf in perfs if (v := getattr(perf, name)) is not None]
+        return sum(values) / len(values) if values else None
+
+    cap = mean("running_cap")
+    return PodPerf(
+        prefill_s=mean("prefill_s"),
+        service_s=mean("service_s"),
+        itl_s=mean("itl_s"),
+        footprint_tokens=mean("footprint_tokens"),
+        running_cap=round(cap) if cap is not None else None,
+    )
+
+
+def _merge(own: PodPerf | None, pooled: PodPerf) -> PodPerf:
+    if own is None:
+        return pooled
+    return PodPerf(
+        prefill_s=own.prefill_s if own.prefill_s is not None else pooled.prefill_s,
+        service_s=own.service_s if own.service_s is not None else pooled.service_s,
+        itl_s=own.itl_s if own.itl_s is not None else pooled.itl_s,
+        footprint_tokens=own.footprint_tokens
+        if own.footprint_tokens is not None
+        else pooled.footprint_tokens,
+        running_cap=own.running_cap if own.running_cap is not None else pooled.running_cap,
+    )
+
+
+def pod_speed(
+    m: PodMetrics, saturation: Saturation, svc: ServiceModel, pooled: PodPerf | None = None
+) -> PodSpeed:
+    """`pooled` (see `pooled_perf`) fills in figures the pod has not measured itself."""
+    perf = _merge(m.perf, pooled) if pooled is not None else (m.perf or PodPerf())
+    decode = 1.0 / perf.itl_s if perf.itl_s else svc.decode_tokens_per_s
+    service = perf.service_s or svc.mean_output_tokens / decode
+    prefill = perf.prefill_s if perf.prefill_s is not None else svc.prefill_ms / 1000.0
+    cap = perf.running_cap or svc.max_running
+    kv_bound = _kv_bound(m, perf, svc)
+    if kv_bound is not None:
+        limit = float(cap or svc.max_concurrency)
+        concurrency = min(limit, kv_bound)
+        slots = min(limit, kv_bound * saturation.kv_usage)
+    else:
+        concurrency = float(cap or svc.default_concurrency)
+        slots = concurrency * (saturation.kv_usage if m.kv_usage is not None else 1.0)
+    return PodSpeed(prefill, service, decode, concurrency, slots)
+
+
+def _kv_bound(m: PodMetrics, perf: PodPerf, svc: ServiceModel) -> float | None:
+    """Requests that fit in the pod's KV cache; None when the engine has no KV gauge.
+
+    With the cache geometry: KV pool tokens / tokens per request, where a request takes the larger
+    of the mean request's final size (measured, else the default) and what the running ones hold
+    now (requests grow while they run, and vLLM allocates a prompt's blocks chunk by chunk).
+    Without it: running / KV usage, the current footprint."""
+    kv = m.kv_usage
+    if kv is None:
+        return None
+    busy = kv > 0 and m.running > 0
+    if not (m.block_size and m.num_gpu_blocks):
+        return max(1.0, m.running / kv) if busy else None
+    pool_tokens = float(m.block_size * m.num_gpu_blocks)
+    current = kv * pool_tokens / m.running if busy else 0.0
+    footprint = max(perf.footprint_tokens or svc.footprint_tokens, current)
+    return max(1.0, pool_tokens / footprint)
+
+
+def estimate_ttft_ms(speed: PodSpeed, waiting: int, running: int, dispatched: int) -> float:
+    """Prefill when a slot is free, else prefill + queueing behind the requests ahead (see above):
+    the longer of waiting for a slot and waiting for the prompts ahead to be prefilled.
+
+    Ahead of a new request: those waiting plus the requests dispatched since the scrape beyond the
+    free slots."""
+    free_slots = max(0.0, speed.slots - running)
+    ahead = waiting + max(0.0, dispatched - free_slots)
+    if waiting == 0 and ahead <= 0 and free_slots >= 1:
+        return speed.prefill_s * 1000.0
+    rate = speed.concurrency / speed.service_s  # requests finished per second when busy
+    # A slot must free up, and the prompts ahead are prefilled first (compute-bound: serial).
+    queueing_s = max((ahead + 1) / rate, ahead * speed.prefill_s)
+    return (speed.prefill_s + queueing_s) * 1000.0

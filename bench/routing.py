@@ -51,8 +51,9 @@ FLEETGATE_PROFILES = ("latency", "throughput", "reference", "least-inflight", "r
 # manual; vllm-router 0.1: also kv_aware, consistent_hash, sticky_least_loaded, which need KV events or
 # session keys the trace does not carry). power_of_two needs at least 2 workers in both.
 PEER_POLICIES = ("sglang:cache_aware", "sglang:power_of_two", "vllm:cache_aware", "vllm:power_of_two")
-# peers read a HuggingFace tokenizer for a discovered model; keep any hub fetch on loopback (it fails fast)
-PEER_ENV = {"HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"}
+# peers read a HuggingFace tokenizer for a discovered model; keep any hub fetch on loopback (it fails fast).
+# RUST_LOG: vllm-router 0.1 logs every power-of-two pick at info even with --log-level warning.
+PEER_ENV = {"HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9", "RUST_LOG": "warn"}
 
 
 @dataclass(slots=True)

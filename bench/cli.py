@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
-import platform
-import shlex
 from dataclasses import dataclass
 
 from bench import report
@@ -66,9 +63,6 @@ def run(args: argparse.Namespace) -> int:
     if scenario.own_report:
         return int(module.main(argv))
     name = args.scenario.replace("-", "_") + ("_quick" if "--quick" in argv else "")
-    header = (
-        f"# {args.scenario}\n\n- command: `{shlex.join(['fleetgate', 'bench', args.scenario, *argv])}`\n"
-        f"- machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-    )
+    header = report.results_header(args.scenario, ["fleetgate", "bench", args.scenario, *argv])
     with report.tee_to_results(name, header, report.RESULTS_DIR):
         return int(module.main(argv))

@@ -38,7 +38,7 @@ from typing import Any
 import httpx
 import yaml
 
-from bench.own_report import results_header
+from bench.report import module_command, results_header
 from bench.stats import percentile
 from global_router.tenants import hash_key
 
@@ -575,7 +575,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress(f"== section {name} done in {time.monotonic() - t:.0f} s")
     text = table(rows)
     print(text)
-    out.write_text(results_header("global", "bench.global_bench", argv) + text + "\n")
+    out.write_text(results_header("global", module_command("bench.global_bench", argv)) + text + "\n")
     progress(f"wrote {out}")
     return 0
 

@@ -38,7 +38,7 @@ from typing import Any
 
 import httpx
 
-from bench.own_report import results_header
+from bench.report import module_command, results_header
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 ROOT = Path(__file__).resolve().parents[1]
@@ -537,7 +537,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = asyncio.run(run(args.quick, samples))
     text = table(rows)
     print(text)
-    out.write_text(results_header("overhead", "bench.proxy_overhead", argv) + text + "\n")
+    out.write_text(results_header("overhead", module_command("bench.proxy_overhead", argv)) + text + "\n")
     progress(f"[overhead] wrote {out}")
     if not args.no_plots and samples:
         from bench.plots import latency_cdfs

@@ -9,12 +9,28 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import platform
+import shlex
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TextIO
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def results_header(name: str, command: Sequence[str]) -> str:
+    """`# name`, the exact command and the machine: both change the numbers below them."""
+    return (
+        f"# {name}\n\n- command: `{shlex.join(command)}`\n"
+        f"- machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}\n\n"
+    )
+
+
+def module_command(module: str, argv: Sequence[str] | None) -> list[str]:
+    """How a scenario run as `python -m module` was invoked (argv None: this process's arguments)."""
+    return ["python", "-m", module, *(sys.argv[1:] if argv is None else argv)]
 
 
 class _Tee(io.TextIOBase):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import global_bench, own_report, plots
+from bench import global_bench, plots, report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -47,7 +47,9 @@ def test_drawings_write_pngs(tmp_path: Path) -> None:
 
 
 def test_results_header_names_the_command_and_machine() -> None:
-    head = own_report.results_header("global", "bench.global_bench", ["--quick", "--section", "cost"])
+    head = report.results_header(
+        "global", report.module_command("bench.global_bench", ["--quick", "--section", "cost"])
+    )
     lines = head.splitlines()
     assert lines[0] == "# global"
     assert "`python -m bench.global_bench --quick --section cost`" in head

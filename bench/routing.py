@@ -388,6 +388,12 @@ def _fmt(x: float) -> str:
     return "n/a" if math.isnan(x) else f"{x:.2f}"
 
 
+def _vs(value: float, base: float) -> str:
+    if math.isnan(value) or math.isnan(base) or base <= 0:
+        return "n/a"
+    return f"{value / base:.2f}x ({value / base - 1:+.0%})"
+
+
 def markdown(runs: Sequence[PolicyRun], setup: Setup, command: str, n_requests: int) -> str:
     base = next((r.summary for r in runs if r.policy == "round-robin" and r.summary), None)
     lines = [
@@ -405,8 +411,8 @@ def markdown(runs: Sequence[PolicyRun], setup: Setup, command: str, n_requests: 
         f"{setup.trace.adapter_fraction:.0%} LoRA requests, seed {setup.trace.seed}",
         "",
         "| policy | TTFT p50 (s) | TTFT p90 (s) | TTFT p99 (s) | TTFT mean (s) | e2e p50 (s) | e2e p99 (s) "
-        "| output tok/s | load CV | errors | TTFT p90 vs RR | TTFT mean vs RR | requests per pod |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| output tok/s | load CV | errors | TTFT p90 vs RR | TTFT p99 vs RR | TTFT mean vs RR | requests per pod |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     failures: list[str] = []
     for r in runs:
@@ -414,23 +420,23 @@ def markdown(runs: Sequence[PolicyRun], setup: Setup, command: str, n_requests: 
             failures.append(f"- **{r.policy} FAILED**: {r.failure}")
         s = r.summary
         if s is None:
-            lines.append(f"| {r.policy} | FAILED (see below) |" + " |" * 11)
+            lines.append(f"| {r.policy} | FAILED (see below) |" + " |" * 12)
             continue
-        ratio90 = ratio_mean = "n/a"
-        if base and base.ttft_p90 > 0 and not math.isnan(s.ttft_p90):
-            ratio90 = f"{s.ttft_p90 / base.ttft_p90:.2f}x ({(1 - s.ttft_p90 / base.ttft_p90):+.0%})"
-            ratio_mean = f"{s.ttft_mean / base.ttft_mean:.2f}x ({(1 - s.ttft_mean / base.ttft_mean):+.0%})"
+        ratio90 = _vs(s.ttft_p90, base.ttft_p90 if base else math.nan)
+        ratio99 = _vs(s.ttft_p99, base.ttft_p99 if base else math.nan)
+        ratio_mean = _vs(s.ttft_mean, base.ttft_mean if base else math.nan)
         lines.append(
             f"| {s.policy} | {_fmt(s.ttft_p50)} | {_fmt(s.ttft_p90)} | {_fmt(s.ttft_p99)} | {_fmt(s.ttft_mean)} "
             f"| {_fmt(s.e2e_p50)} | {_fmt(s.e2e_p99)} | {s.output_tok_per_s:.0f} | {_fmt(s.utilisation_cv)} "
-            f"| {s.errors}{' FAILED' if r.failure else ''} | {ratio90} | {ratio_mean} "
+            f"| {s.errors}{' FAILED' if r.failure else ''} | {ratio90} | {ratio99} | {ratio_mean} "
             f"| {'/'.join(str(r.pod_requests[u]) for u in sorted(r.pod_requests)) or 'n/a'} |"
         )
     if failures:
         lines += ["", *failures]
     lines += [
         "",
-        "`vs RR` is the ratio to round-robin (what a Kubernetes Service does) and, in brackets, the reduction. "
+        "`vs RR` is the ratio to round-robin (what a Kubernetes Service does) and, in brackets, the change "
+        "(-84% = 84% lower than round-robin). "
         "`load CV` is the coefficient of variation across pods of each pod's mean running+waiting requests "
         "(lower = more even GPU use). `requests per pod` is each pod's own finished-request counter "
         "(its /metrics) after the run: where the front end really sent the trace.",

@@ -57,6 +57,7 @@ def fleet_report(
                         "kv_headroom": round(m.kv_headroom, 3),
                         "est_ttft_ms": round(m.est_ttft_ms, 1),
                         "tokens_per_s": round(m.tokens_per_s, 1),
+                        "gpu_tokens_per_s": round(m.gpu_tokens_per_s, 1),
                         "adapters": sorted(m.adapters),
                     }
                     for name, m in sorted(c.models.items())

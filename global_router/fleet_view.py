@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -34,7 +35,9 @@ class ModelCapacity:
 
     `adapters` holds every LoRA adapter the cluster can serve for this model (resident or loadable),
     so "does this cluster serve adapter X" is `X in adapters`; `adapters_resident` is the subset
-    already loaded on some pod (for affinity: no load delay there).
+    already loaded on some pod (for affinity: no load delay there). `gpu_tokens_per_s` is one GPU's
+    generation throughput with every slot busy (cost per token = $/GPU-hour / it); 0 = not reported
+    (an older agent), and it defaults so states stored by older replicas still decode.
     """
 
     model: str
@@ -48,6 +51,7 @@ class ModelCapacity:
     tokens_per_s: float
     headroom_requests: int
     adapters_resident: frozenset[str] = frozenset()
+    gpu_tokens_per_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +105,11 @@ def _capacity_type_name(value: int) -> CapacityTypeName:
     return "spot" if value == capacity_pb2.CAPACITY_TYPE_SPOT else "on-demand"
 
 
+def _rate(value: float) -> float:
+    """A reported throughput, with NaN, infinities and negatives read as 'not reported' (0)."""
+    return value if math.isfinite(value) and value > 0 else 0.0
+
+
 def state_from_report(report: capacity_pb2.CapacityReport, received_at: float) -> ClusterState:
     """Translate a validated report; a model listed twice keeps its last entry."""
     models = {
@@ -116,6 +125,7 @@ def state_from_report(report: capacity_pb2.CapacityReport, received_at: float) -
             tokens_per_s=max(0.0, m.tokens_per_second),
             headroom_requests=m.headroom_requests,
             adapters_resident=frozenset(m.adapters_resident),
+            gpu_tokens_per_s=_rate(m.gpu_tokens_per_second),
         )
         for m in report.models
     }

@@ -9,6 +9,10 @@ that has room) — then by weighted score. Headroom is the reported one minus wh
 since that report, so a burst spreads instead of landing on the cluster that looked emptiest.
 Predicted TTFT = reported estimate + queueing for requests beyond the headroom + client-region
 latency + an adapter load when the requested LoRA adapter is resident on no pod of that cluster.
+Cost is $ per million generated tokens: $/GPU-hour (spot inflated by `spotDiscountRisk`) /
+(3600 x the model's reported `gpu_tokens_per_s`) x 1e6, since a cheap GPU that decodes slowly costs
+more per token than a fast one. When any candidate reports no throughput (an older agent, or 0),
+every candidate is costed in $/GPU-hour instead: the cost scorer compares ratios, never mixed units.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ class Candidate:
     headroom: int  # reported headroom minus this replica's dispatches since the report
     predicted_ttft_ms: float
     network_ms: float
-    cost: float  # per GPU-hour, spot inflated by its risk
+    cost: float  # $ per Mtok (or per GPU-hour, see `_price_per_token`), spot inflated by its risk
     over_target: bool = False
     score: float = 0.0
     parts: dict[str, float] = field(default_factory=dict)
@@ -89,6 +93,15 @@ def _region(cands: list[Candidate]) -> list[float]:
 def _cost(cands: list[Candidate]) -> list[float]:
     cheapest = min(c.cost for c in cands)
     return [1.0 if c.cost <= 0 else cheapest / c.cost for c in cands]
+
+
+def _price_per_token(cands: list[Candidate]) -> None:
+    """Turn every candidate's $/GPU-hour into $ per million tokens, or leave them all per GPU-hour
+    when any lacks a throughput (one unit for all, or the cost scorer's ratios mean nothing)."""
+    if not all(c.capacity.gpu_tokens_per_s > 0 for c in cands):
+        return
+    for c in cands:
+        c.cost = c.cost / (3600.0 * c.capacity.gpu_tokens_per_s) * 1e6
 
 
 # Scorer name = the `SelectionWeights` field that weighs it.
@@ -164,7 +177,7 @@ class ClusterSelector:
         cost = cluster.cost_per_gpu_hour
         if cluster.capacity_type == "spot":
             cost *= 1.0 + self._sel.spot_discount_risk
-        return Candidate(cluster, cap, headroom, predicted, net, cost)
+        return Candidate(cluster, cap, headroom, predicted, net, cost)  # per GPU-hour until priced
 
     def rank(
         self, clusters: list[ClusterState], req: SelectionRequest, ejected: Collection[str] = ()
@@ -186,6 +199,7 @@ class ClusterSelector:
             )
         healthy = [(c, cap) for c, cap in usable if c.cluster_id not in ejected]
         cands = [self._candidate(c, cap, req) for c, cap in (healthy or usable)]
+        _price_per_token(cands)
         policy = self.policy(req.traffic_class)
         saturated = not any(c.has_room for c in cands)
         if saturated and req.sheddable:

@@ -40,15 +40,16 @@ def render_status(report: dict[str, Any]) -> str:
                 else '<td colspan="8"></td>'
             )
             if m is None:
-                cells = '<td class="l muted">no models</td>' + "<td></td>" * 5
+                cells = '<td class="l muted">no models</td>' + "<td></td>" * 6
             else:
                 cells = (
                     f'<td class="l">{escape(name)}</td><td>{m["ready_pods"]}</td>'
                     f"<td>{m['headroom_requests']}</td><td>{m['queued']}</td>"
                     f"<td>{m['est_ttft_ms']:.0f}</td><td>{m['kv_headroom']:.2f}</td>"
+                    f"<td>{m['gpu_tokens_per_s']:.0f}</td>"
                 )
             rows.append(f"<tr>{head}{cells}</tr>")
-    body = "\n".join(rows) or '<tr><td colspan="14" class="l muted">No cluster has reported yet.</td></tr>'
+    body = "\n".join(rows) or '<tr><td colspan="15" class="l muted">No cluster has reported yet.</td></tr>'
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="{REFRESH_S}">
 <title>Fleetgate global router</title><style>{_STYLE}</style></head><body>
@@ -60,7 +61,7 @@ retry budget left: {router.get("retry_budget_available", 0)} · refreshes every 
 <a href="/fleet">JSON</a> · <a href="/metrics">metrics</a></p>
 <table><tr><th class="l">cluster</th><th class="l">region</th><th>state</th><th>report age</th>
 <th>capacity</th><th>$/GPU-h</th><th>in flight</th><th>req/s</th><th class="l">model</th><th>ready pods</th>
-<th>headroom</th><th>queued</th><th>est TTFT ms</th><th>KV free</th></tr>
+<th>headroom</th><th>queued</th><th>est TTFT ms</th><th>KV free</th><th>tok/s per GPU</th></tr>
 {body}
 </table></body></html>
 """

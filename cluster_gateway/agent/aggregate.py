@@ -21,7 +21,8 @@ share of unsaturated pods); adapters resident = the union of running adapters.
 
 Pod speed and concurrency (TTFT, headroom, tokens/s per pod) come from the service model in
 `cluster_gateway.agent.service_model`; the cluster's TTFT estimate is that of its best unsaturated
-pod (the gateway picks the best pod), headroom and tokens/s are sums over its ready pods.
+pod (the gateway picks the best pod), headroom and tokens/s are sums over its ready pods, and
+gpu_tokens_per_second is the per-GPU throughput at full concurrency (for Tier 2's cost per token).
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ from dataclasses import dataclass, field
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from cluster_gateway.agent.service_model import (
+    PodSpeed,
     ServiceModel,
     estimate_ttft_ms,
+    gpu_tokens_per_second,
     pod_speed,
     pooled_perf,
     service_model,
@@ -59,6 +62,7 @@ class _PodView:
     headroom: int
     ttft_ms: float
     tokens_per_s: float
+    speed: PodSpeed
 
 
 @dataclass(slots=True)
@@ -164,10 +168,11 @@ def _pod_view(pod: PodState, saturation: Saturation, svc: ServiceModel, pooled: 
         headroom=headroom,
         ttft_ms=estimate_ttft_ms(speed, m.waiting, m.running, pod.dispatched_since_scrape),
         tokens_per_s=m.running * speed.decode_tokens_per_s,
+        speed=speed,
     )
 
 
-def _model_capacity(name: str, agg: _ModelAgg) -> capacity_pb2.ModelCapacity:
+def _model_capacity(name: str, agg: _ModelAgg, gpus_per_pod: int) -> capacity_pb2.ModelCapacity:
     pods = agg.pods
     resident: set[str] = set()
     for p in pods:
@@ -197,6 +202,7 @@ def _model_capacity(name: str, agg: _ModelAgg) -> capacity_pb2.ModelCapacity:
         adapters_available=sorted(agg.adapters_available | resident),
         est_ttft_ms=est_ttft,
         tokens_per_second=sum(p.tokens_per_s for p in pods),
+        gpu_tokens_per_second=gpu_tokens_per_second((p.speed for p in pods), gpus_per_pod),
         headroom_requests=sum(p.headroom for p in pods),
     )
 
@@ -246,7 +252,9 @@ def build_report(
         gateway_url=url or gateway_url(spec),
         sequence=seq,
         sent_at=_timestamp(time.time() if wall_time is None else wall_time),
-        models=[_model_capacity(name, per_model[name]) for name in sorted(per_model)],
+        models=[
+            _model_capacity(name, per_model[name], spec.capacity.gpus_per_pod) for name in sorted(per_model)
+        ],
         cost_per_gpu_hour=spec.capacity.cost_per_gpu_hour,
         gpus=len(pods) * spec.capacity.gpus_per_pod,
         capacity_type=(

@@ -18,6 +18,9 @@ over the model's other pods that measured it, else the spec's `capacity.podPerfo
 Headroom = requests the ready pods can take before they saturate: free slots below the KV threshold
 (and the cap) plus room in the queue below the depth threshold, minus requests dispatched since the
 last scrape. tokens_per_second = running sequences x each pod's decode rate.
+gpu_tokens_per_second = what one GPU generates when every slot runs (C x decode rate per pod, averaged
+over ready pods and divided by GPUs per pod): Tier 2 divides $/GPU-hour by it to rank clusters by
+cost per token, since a cheap GPU that decodes slowly can cost more per token than a fast one.
 With no traffic and no `podPerformance`, pods of different speed look alike: only the KV pool tells
 them apart, so set `capacity.podPerformance` for clusters whose pods are slow.
 """
@@ -75,6 +78,15 @@ class PodSpeed:
     decode_tokens_per_s: float  # per running sequence
     concurrency: float  # C: requests it runs at once at the current footprint
     slots: float  # requests it runs before saturating (KV threshold) or queueing (cap)
+
+
+def gpu_tokens_per_second(speeds: Iterable[PodSpeed], gpus_per_pod: int) -> float:
+    """Tokens/s one GPU generates with every slot busy: Σ C x decode rate over the ready pods,
+    / (pods x GPUs per pod). 0 with no ready pod (unknown, not free)."""
+    rates = [s.concurrency * s.decode_tokens_per_s for s in speeds]
+    if not rates or gpus_per_pod < 1:
+        return 0.0
+    return sum(rates) / (len(rates) * gpus_per_pod)
 
 
 def pooled_perf(pods: Iterable[PodState]) -> PodPerf:

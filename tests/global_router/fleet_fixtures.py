@@ -26,6 +26,7 @@ def cluster(
     adapters: frozenset[str] = frozenset(),
     ready_pods: int = 2,
     url: str = "http://127.0.0.1:9",
+    gpu_tokens_per_s: float = 0.0,
 ) -> ClusterState:
     cap = ModelCapacity(
         model=model,
@@ -38,6 +39,7 @@ def cluster(
         est_ttft_ms=ttft_ms,
         tokens_per_s=1000.0,
         headroom_requests=headroom,
+        gpu_tokens_per_s=gpu_tokens_per_s,
     )
     return ClusterState(
         cluster_id=cid,

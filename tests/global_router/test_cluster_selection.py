@@ -88,6 +88,38 @@ def test_spot_risk_inflates_cost() -> None:
     assert _ids(_selector(selection), clusters, traffic_class="batch")[0] == "od"
 
 
+def test_batch_ranks_by_cost_per_token_not_per_gpu_hour() -> None:
+    # $/Mtok: H100 4.00/(3600 x 2000) = 0.56, spot A100 1.30 x 1.1/(3600 x 900) = 0.44,
+    # L4 0.80/(3600 x 200) = 1.11: the cheapest GPU-hour is the dearest token.
+    clusters = [
+        cluster("l4", cost=0.8, gpu_tokens_per_s=200.0),
+        cluster("h100", cost=4.0, gpu_tokens_per_s=2000.0),
+        cluster("a100-spot", cost=1.3, capacity_type="spot", gpu_tokens_per_s=900.0),
+    ]
+    ranked = _selector().rank(clusters, SelectionRequest(model=MODEL, traffic_class="batch")).candidates
+    assert [c.cluster_id for c in ranked] == ["a100-spot", "h100", "l4"]
+    h100 = next(c for c in ranked if c.cluster_id == "h100")
+    assert h100.cost == pytest.approx(4.0 / (3600 * 2000.0) * 1e6)
+
+
+def test_fast_expensive_beats_slow_cheap_for_batch() -> None:
+    clusters = [
+        cluster("slow-cheap", cost=0.8, gpu_tokens_per_s=100.0),
+        cluster("fast", cost=4.0, gpu_tokens_per_s=1000.0),
+    ]
+    assert _ids(_selector(), clusters, traffic_class="batch")[0] == "fast"
+
+
+def test_cost_falls_back_to_gpu_hour_for_all_when_a_throughput_is_missing() -> None:
+    clusters = [
+        cluster("l4-old-agent", cost=0.8, gpu_tokens_per_s=0.0),
+        cluster("h100", cost=4.0, gpu_tokens_per_s=2000.0),
+    ]
+    ranked = _selector().rank(clusters, SelectionRequest(model=MODEL, traffic_class="batch")).candidates
+    assert [c.cluster_id for c in ranked] == ["l4-old-agent", "h100"]
+    assert sorted(c.cost for c in ranked) == [0.8, 4.0]  # both per GPU-hour: no mixed units
+
+
 def test_interactive_keeps_ttft_target_even_if_expensive_cluster_is_cheaper_to_miss() -> None:
     clusters = [
         cluster("slow-cheap", cost=0.5, ttft_ms=2000, headroom=50),

@@ -94,5 +94,9 @@ def report(
         region="r",
         gateway_url=url,
         sequence=seq,
-        models=[capacity_pb2.ModelCapacity(model="m", ready_pods=1, kv_headroom=0.5, headroom_requests=3)],
+        models=[
+            capacity_pb2.ModelCapacity(
+                model="m", ready_pods=1, kv_headroom=0.5, headroom_requests=3, gpu_tokens_per_second=750.0
+            )
+        ],
     )

@@ -50,6 +50,7 @@ async def test_a_report_published_through_one_replica_is_seen_by_another(redis_s
         await wait_for(lambda: b.get("c-a") is not None, within=3.0, what="replica b sees c-a")
         got = b.get("c-a")
         assert got is not None and got.seq == 3 and got.models["m"].headroom_requests == 3
+        assert got.models["m"].gpu_tokens_per_s == 750.0  # the cost-per-token input crosses replicas
         await b.publish(state("c-b", seq=1))
         await wait_for(lambda: {s.cluster_id for s in a.snapshot()} == {"c-a", "c-b"}, what="a sees both")
 

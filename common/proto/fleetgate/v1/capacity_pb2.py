@@ -25,23 +25,23 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x66leetgate/v1/capacity.proto\x12\x0c\x66leetgate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x82\x02\n\rModelCapacity\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nready_pods\x18\x02 \x01(\r\x12\x16\n\x0esaturated_pods\x18\x03 \x01(\r\x12\x0e\n\x06queued\x18\x04 \x01(\r\x12\x0f\n\x07running\x18\x05 \x01(\r\x12\x13\n\x0bkv_headroom\x18\x06 \x01(\x01\x12\x19\n\x11\x61\x64\x61pters_resident\x18\x07 \x03(\t\x12\x13\n\x0b\x65st_ttft_ms\x18\x08 \x01(\x01\x12\x19\n\x11tokens_per_second\x18\t \x01(\x01\x12\x19\n\x11headroom_requests\x18\n \x01(\r\x12\x1a\n\x12\x61\x64\x61pters_available\x18\x0b \x03(\t\"\xb1\x02\n\x0e\x43\x61pacityReport\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x0e\n\x06region\x18\x02 \x01(\t\x12\x0c\n\x04zone\x18\x03 \x01(\t\x12\x13\n\x0bgateway_url\x18\x04 \x01(\t\x12\x10\n\x08sequence\x18\x05 \x01(\x04\x12+\n\x07sent_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x06models\x18\x07 \x03(\x0b\x32\x1b.fleetgate.v1.ModelCapacity\x12\x19\n\x11\x63ost_per_gpu_hour\x18\x08 \x01(\x01\x12\x0c\n\x04gpus\x18\t \x01(\r\x12\x31\n\rcapacity_type\x18\n \x01(\x0e\x32\x1a.fleetgate.v1.CapacityType\x12\x10\n\x08\x64raining\x18\x0b \x01(\x08\"\x17\n\x03\x41\x63k\x12\x10\n\x08sequence\x18\x01 \x01(\x04\"g\n\tDirective\x12\x1e\n\x03\x61\x63k\x18\x01 \x01(\x0b\x32\x11.fleetgate.v1.Ack\x12\x1a\n\x12report_interval_ms\x18\x02 \x01(\r\x12\r\n\x05\x64rain\x18\x03 \x01(\x08\x12\x0f\n\x07message\x18\x04 \x01(\t*b\n\x0c\x43\x61pacityType\x12\x1d\n\x19\x43\x41PACITY_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x43\x41PACITY_TYPE_ON_DEMAND\x10\x01\x12\x16\n\x12\x43\x41PACITY_TYPE_SPOT\x10\x02\x32V\n\x0f\x43\x61pacityService\x12\x43\n\x06Report\x12\x1c.fleetgate.v1.CapacityReport\x1a\x17.fleetgate.v1.Directive(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x66leetgate/v1/capacity.proto\x12\x0c\x66leetgate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa1\x02\n\rModelCapacity\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nready_pods\x18\x02 \x01(\r\x12\x16\n\x0esaturated_pods\x18\x03 \x01(\r\x12\x0e\n\x06queued\x18\x04 \x01(\r\x12\x0f\n\x07running\x18\x05 \x01(\r\x12\x13\n\x0bkv_headroom\x18\x06 \x01(\x01\x12\x19\n\x11\x61\x64\x61pters_resident\x18\x07 \x03(\t\x12\x13\n\x0b\x65st_ttft_ms\x18\x08 \x01(\x01\x12\x19\n\x11tokens_per_second\x18\t \x01(\x01\x12\x19\n\x11headroom_requests\x18\n \x01(\r\x12\x1a\n\x12\x61\x64\x61pters_available\x18\x0b \x03(\t\x12\x1d\n\x15gpu_tokens_per_second\x18\x0c \x01(\x01\"\xb1\x02\n\x0e\x43\x61pacityReport\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x0e\n\x06region\x18\x02 \x01(\t\x12\x0c\n\x04zone\x18\x03 \x01(\t\x12\x13\n\x0bgateway_url\x18\x04 \x01(\t\x12\x10\n\x08sequence\x18\x05 \x01(\x04\x12+\n\x07sent_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x06models\x18\x07 \x03(\x0b\x32\x1b.fleetgate.v1.ModelCapacity\x12\x19\n\x11\x63ost_per_gpu_hour\x18\x08 \x01(\x01\x12\x0c\n\x04gpus\x18\t \x01(\r\x12\x31\n\rcapacity_type\x18\n \x01(\x0e\x32\x1a.fleetgate.v1.CapacityType\x12\x10\n\x08\x64raining\x18\x0b \x01(\x08\"\x17\n\x03\x41\x63k\x12\x10\n\x08sequence\x18\x01 \x01(\x04\"g\n\tDirective\x12\x1e\n\x03\x61\x63k\x18\x01 \x01(\x0b\x32\x11.fleetgate.v1.Ack\x12\x1a\n\x12report_interval_ms\x18\x02 \x01(\r\x12\r\n\x05\x64rain\x18\x03 \x01(\x08\x12\x0f\n\x07message\x18\x04 \x01(\t*b\n\x0c\x43\x61pacityType\x12\x1d\n\x19\x43\x41PACITY_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x43\x41PACITY_TYPE_ON_DEMAND\x10\x01\x12\x16\n\x12\x43\x41PACITY_TYPE_SPOT\x10\x02\x32V\n\x0f\x43\x61pacityService\x12\x43\n\x06Report\x12\x1c.fleetgate.v1.CapacityReport\x1a\x17.fleetgate.v1.Directive(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'fleetgate.v1.capacity_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CAPACITYTYPE']._serialized_start=777
-  _globals['_CAPACITYTYPE']._serialized_end=875
+  _globals['_CAPACITYTYPE']._serialized_start=808
+  _globals['_CAPACITYTYPE']._serialized_end=906
   _globals['_MODELCAPACITY']._serialized_start=79
-  _globals['_MODELCAPACITY']._serialized_end=337
-  _globals['_CAPACITYREPORT']._serialized_start=340
-  _globals['_CAPACITYREPORT']._serialized_end=645
-  _globals['_ACK']._serialized_start=647
-  _globals['_ACK']._serialized_end=670
-  _globals['_DIRECTIVE']._serialized_start=672
-  _globals['_DIRECTIVE']._serialized_end=775
-  _globals['_CAPACITYSERVICE']._serialized_start=877
-  _globals['_CAPACITYSERVICE']._serialized_end=963
+  _globals['_MODELCAPACITY']._serialized_end=368
+  _globals['_CAPACITYREPORT']._serialized_start=371
+  _globals['_CAPACITYREPORT']._serialized_end=676
+  _globals['_ACK']._serialized_start=678
+  _globals['_ACK']._serialized_end=701
+  _globals['_DIRECTIVE']._serialized_start=703
+  _globals['_DIRECTIVE']._serialized_end=806
+  _globals['_CAPACITYSERVICE']._serialized_start=908
+  _globals['_CAPACITYSERVICE']._serialized_end=994
 # @@protoc_insertion_point(module_scope)

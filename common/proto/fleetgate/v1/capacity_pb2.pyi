@@ -20,7 +20,7 @@ CAPACITY_TYPE_ON_DEMAND: CapacityType
 CAPACITY_TYPE_SPOT: CapacityType
 
 class ModelCapacity(_message.Message):
-    __slots__ = ("model", "ready_pods", "saturated_pods", "queued", "running", "kv_headroom", "adapters_resident", "est_ttft_ms", "tokens_per_second", "headroom_requests", "adapters_available")
+    __slots__ = ("model", "ready_pods", "saturated_pods", "queued", "running", "kv_headroom", "adapters_resident", "est_ttft_ms", "tokens_per_second", "headroom_requests", "adapters_available", "gpu_tokens_per_second")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     READY_PODS_FIELD_NUMBER: _ClassVar[int]
     SATURATED_PODS_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +32,7 @@ class ModelCapacity(_message.Message):
     TOKENS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     HEADROOM_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     ADAPTERS_AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    GPU_TOKENS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     model: str
     ready_pods: int
     saturated_pods: int
@@ -43,7 +44,8 @@ class ModelCapacity(_message.Message):
     tokens_per_second: float
     headroom_requests: int
     adapters_available: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, model: _Optional[str] = ..., ready_pods: _Optional[int] = ..., saturated_pods: _Optional[int] = ..., queued: _Optional[int] = ..., running: _Optional[int] = ..., kv_headroom: _Optional[float] = ..., adapters_resident: _Optional[_Iterable[str]] = ..., est_ttft_ms: _Optional[float] = ..., tokens_per_second: _Optional[float] = ..., headroom_requests: _Optional[int] = ..., adapters_available: _Optional[_Iterable[str]] = ...) -> None: ...
+    gpu_tokens_per_second: float
+    def __init__(self, model: _Optional[str] = ..., ready_pods: _Optional[int] = ..., saturated_pods: _Optional[int] = ..., queued: _Optional[int] = ..., running: _Optional[int] = ..., kv_headroom: _Optional[float] = ..., adapters_resident: _Optional[_Iterable[str]] = ..., est_ttft_ms: _Optional[float] = ..., tokens_per_second: _Optional[float] = ..., headroom_requests: _Optional[int] = ..., adapters_available: _Optional[_Iterable[str]] = ..., gpu_tokens_per_second: _Optional[float] = ...) -> None: ...
 
 class CapacityReport(_message.Message):
     __slots__ = ("cluster_id", "region", "zone", "gateway_url", "sequence", "sent_at", "models", "cost_per_gpu_hour", "gpus", "capacity_type", "draining")

@@ -26,9 +26,9 @@ pytestmark = pytest.mark.timeout(90)
 
 async def test_batch_fills_cheap_spot_while_interactive_keeps_its_ttft_target(tmp_path: Path) -> None:
     router = await start_router(router_config(["cheap", "premium"]))
-    # one slow spot pod vs three fast on-demand pods at four times the price
+    # one spot pod 4x slower than three on-demand pods at 8x the price: cheaper per token too
     cheap = await start_cluster(
-        "cheap", tmp_path, router.grpc_port, pods=1, cost=0.9, capacity_type="spot", time_scale=4
+        "cheap", tmp_path, router.grpc_port, pods=1, cost=0.5, capacity_type="spot", time_scale=4
     )
     premium = await start_cluster("premium", tmp_path, router.grpc_port, pods=3, cost=4.0)
     try:
@@ -74,6 +74,9 @@ async def test_batch_fills_cheap_spot_while_interactive_keeps_its_ttft_target(tm
         assert batch["cheap"] >= 8, batch
         assert sum(interactive.values()) >= 3
         assert interactive["premium"] >= 0.9 * sum(interactive.values()), interactive  # cheap is over target
+        # what batch was priced by: both agents report throughput per GPU, the slow pod's is lower
+        rates = {cid: router.fleet.get(cid).models[MODEL].gpu_tokens_per_s for cid in ("cheap", "premium")}  # type: ignore[union-attr]
+        assert 0 < rates["cheap"] < rates["premium"], rates
         assert max(cheap_ttft) > 800  # the cheap cluster's predicted TTFT: what kept interactive away
     finally:
         await cheap.stop()

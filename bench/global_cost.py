@@ -18,6 +18,9 @@ batch size measured on c during the run (mean running sequences per ready pod, s
 router's /fleet while the cluster was busy) and the measured mean context of requests served there
 (prompt + half the output, from the responses' usage): `HardwareProfile.step_seconds` at time scale 1,
 i.e. the real hardware the simulator stands for. Cost saved = 1 - shaped / baseline.
+For reference the table also shows the $/Mtok the router ranked batch by: list price (spot marked up
+by the default `spotDiscountRisk`) / (3600 x the agents' reported tokens/s per GPU at full concurrency,
+averaged over /fleet samples); it is not used for the attribution above.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from typing import Any
 import httpx
 
 from bench.global_bench import MODEL, Fleet, Row, fleet, pct
+from common.config.router import Selection
 from global_router.tenants import hash_key
 from modelsim.profiles import HardwareProfile, get_profile
 
@@ -159,6 +163,7 @@ class RunSummary:
     batch_size: dict[str, float] = field(default_factory=dict)
     ref_batch_dollars: dict[str, float] = field(default_factory=dict)  # at REF_BATCH seqs/GPU
     batch_e2e_s: dict[int, float] = field(default_factory=dict)
+    router_price_per_mtok: dict[str, float] = field(default_factory=dict)  # as the router ranked batch
 
     @property
     def batch_cost(self) -> float:
@@ -169,12 +174,22 @@ class RunSummary:
         return sum(self.ref_batch_dollars.values())
 
 
+def router_price_per_mtok(c: CostCluster, reported_tok_s_per_gpu: Sequence[float]) -> float | None:
+    """$/Mtok as the router ranks it (module docstring); None when the agent reported no throughput."""
+    rates = [r for r in reported_tok_s_per_gpu if r > 0]
+    if not rates:
+        return None
+    price = c.cost_per_gpu_hour * (1.0 + Selection().spot_discount_risk if c.capacity_type == "spot" else 1.0)
+    return dollars(1e6, price, statistics.fmean(rates))
+
+
 def summarise(
     mode: str,
     outcomes: Sequence[Outcome],
     clusters: Sequence[CostCluster],
     running_per_pod: Mapping[str, Sequence[float]],
     wall_s: float,
+    reported_tok_s_per_gpu: Mapping[str, Sequence[float]] | None = None,
 ) -> RunSummary:
     """Everything the table and the plot need from one run; no I/O."""
     batch_tokens = tokens_by_cluster(outcomes, "batch")
@@ -193,6 +208,11 @@ def summarise(
         ref_tps = tokens_per_s_per_gpu(profile, min(REF_BATCH, profile.max_num_seqs), ref_ctx)
         ref_spend[cid] = dollars(tokens, c.cost_per_gpu_hour, ref_tps)
     ttft = [o.ttft_s for o in outcomes if o.ok and o.tenant == "interactive" and o.ttft_s is not None]
+    router_price = {
+        c.cluster_id: p
+        for c in clusters
+        if (p := router_price_per_mtok(c, (reported_tok_s_per_gpu or {}).get(c.cluster_id, ()))) is not None
+    }
     inter: dict[str, int] = {}
     for o in outcomes:
         if o.ok and o.tenant == "interactive":
@@ -212,6 +232,7 @@ def summarise(
         batch_e2e_s={
             q: pct([o.e2e_s for o in outcomes if o.ok and o.tenant == "batch"], q) for q in (50, 99)
         },
+        router_price_per_mtok=router_price,
     )
 
 
@@ -241,6 +262,19 @@ def cost_rows(shaped: RunSummary, baseline: RunSummary, clusters: Sequence[CostC
                 f"{shaped.batch_dollars[cid]:.5f} vs {baseline.batch_dollars[cid]:.5f}",
                 f"${shaped.price_per_mtok[cid]:.3f} vs ${baseline.price_per_mtok[cid]:.3f} per Mtok "
                 f"(batch {shaped.batch_size[cid]:.1f} vs {baseline.batch_size[cid]:.1f} seqs/GPU)",
+            )
+        )
+    if shaped.router_price_per_mtok:
+        rows.append(
+            Row(
+                "cost",
+                "batch $/Mtok the router ranked by, shaped run",
+                ", ".join(
+                    f"{c.cluster_id} ${shaped.router_price_per_mtok[c.cluster_id]:.3f}"
+                    for c in clusters
+                    if c.cluster_id in shaped.router_price_per_mtok
+                ),
+                "$/GPU-h (spot x risk) / agents' reported tok/s per GPU at full concurrency",
             )
         )
     saved = 1.0 - shaped.batch_cost / baseline.batch_cost if baseline.batch_cost > 0 else float("nan")
@@ -378,9 +412,14 @@ async def _one(c: httpx.AsyncClient, url: str, a: Arrival, spec: LoadSpec) -> Ou
 
 
 async def _sample_running(
-    c: httpx.AsyncClient, router_url: str, out: dict[str, list[float]], stop: asyncio.Event
+    c: httpx.AsyncClient,
+    router_url: str,
+    out: dict[str, list[float]],
+    stop: asyncio.Event,
+    rates: dict[str, list[float]] | None = None,
 ) -> None:
-    """Running sequences per ready pod, per cluster, as the router sees them (every 0.5 s)."""
+    """Running sequences per ready pod, per cluster, as the router sees them (every 0.5 s); `rates`
+    collects the reported tokens/s per GPU the router prices batch by."""
     while not stop.is_set():
         try:
             doc = (await c.get(router_url + "/fleet", timeout=2)).json()
@@ -388,6 +427,8 @@ async def _sample_running(
                 m = cl["models"].get(MODEL)
                 if m and m["ready_pods"]:
                     out.setdefault(cl["id"], []).append(m["running"] / m["ready_pods"])
+                    if rates is not None:
+                        rates.setdefault(cl["id"], []).append(float(m.get("gpu_tokens_per_s", 0.0)))
         except (httpx.HTTPError, ValueError, KeyError):
             pass
         with contextlib.suppress(TimeoutError):
@@ -395,7 +436,11 @@ async def _sample_running(
 
 
 async def drive(
-    router_url: str, spec: LoadSpec, mode: str, drain_s: float
+    router_url: str,
+    spec: LoadSpec,
+    mode: str,
+    drain_s: float,
+    rates: dict[str, list[float]] | None = None,
 ) -> tuple[list[Outcome], dict[str, list[float]], float]:
     """Open-loop replay of the schedule; in-flight requests get `drain_s` to finish, then count as errors."""
     arrivals = schedule(spec)
@@ -406,7 +451,7 @@ async def drive(
     async with httpx.AsyncClient(
         timeout=httpx.Timeout(spec.duration_s + drain_s, connect=5), limits=limits
     ) as c:
-        sampler = asyncio.create_task(_sample_running(c, router_url, running, stop))
+        sampler = asyncio.create_task(_sample_running(c, router_url, running, stop, rates))
         t0 = time.perf_counter()
         tasks: list[asyncio.Task[Outcome]] = []
         next_note = 5.0
@@ -473,8 +518,9 @@ async def _run(mode: str, cost_blind: bool, spec: LoadSpec, time_scale: float, d
         _start(f, time_scale)
         await asyncio.to_thread(f.wait_fresh, ids, 60.0)
         await warm_up(f, spec)
-        outcomes, running, wall = await drive(f.router_url, spec, mode, drain_s)
-    return summarise(mode, outcomes, CLUSTERS, running, wall)
+        rates: dict[str, list[float]] = {}
+        outcomes, running, wall = await drive(f.router_url, spec, mode, drain_s, rates)
+    return summarise(mode, outcomes, CLUSTERS, running, wall, rates)
 
 
 async def warm_up(f: Fleet, spec: LoadSpec, per_pod: int = 3) -> None:

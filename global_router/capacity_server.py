@@ -68,7 +68,7 @@ def validate_report(report: capacity_pb2.CapacityReport) -> None:
         names.add(m.model)
         if not (0.0 <= m.kv_headroom <= 1.0):  # also false for NaN
             raise ReportError(f"models[{i}].kv_headroom must be within 0..1")
-        for name in ("est_ttft_ms", "tokens_per_second"):
+        for name in ("est_ttft_ms", "tokens_per_second", "gpu_tokens_per_second"):
             value = getattr(m, name)
             if not math.isfinite(value) or value < 0:
                 raise ReportError(f"models[{i}].{name} must be a finite number >= 0")

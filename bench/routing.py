@@ -23,6 +23,7 @@ import contextlib
 import math
 import os
 import platform
+import shlex
 import shutil
 import socket
 import subprocess
@@ -444,7 +445,7 @@ def markdown(runs: Sequence[PolicyRun], setup: Setup, command: str, n_requests: 
     return "\n".join(lines) + "\n"
 
 
-def plots(runs: Sequence[PolicyRun], out_dir: Path) -> list[Path]:
+def plots(runs: Sequence[PolicyRun], out_dir: Path, name: str = "routing") -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -462,7 +463,7 @@ def plots(runs: Sequence[PolicyRun], out_dir: Path) -> list[Path]:
     ax.set_title("TTFT distribution per policy (same trace)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    p = out_dir / "routing_ttft_cdf.png"
+    p = out_dir / f"{name}_ttft_cdf.png"
     fig.tight_layout()
     fig.savefig(p, dpi=110)
     plt.close(fig)
@@ -477,7 +478,7 @@ def plots(runs: Sequence[PolicyRun], out_dir: Path) -> list[Path]:
         ax.grid(True, alpha=0.3)
     axes[-1, 0].set_xlabel("time (s)")
     fig.tight_layout()
-    p = out_dir / "routing_pod_load.png"
+    p = out_dir / f"{name}_pod_load.png"
     fig.savefig(p, dpi=100)
     plt.close(fig)
     files.append(p)
@@ -568,15 +569,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     shutil.copy(log, out_dir / log.name)
                 run.failure = run.failure.replace(tmp, str(out_dir))
                 print(f"  {policy}: FAILED: {run.failure}", file=sys.stderr)
-    command = (
-        "fleetgate bench routing"
-        + (" --quick" if args.quick else "")
-        + (f" --policies {','.join(policies)}" if args.policies else "")
-    )
+    command = shlex.join(["fleetgate", "bench", "routing", *(sys.argv[1:] if argv is None else argv)])
     md = markdown(runs, setup, command, len(trace_reqs))
     name = "routing_quick" if args.quick else "routing"
     (out_dir / f"{name}.md").write_text(md)
-    files = plots(runs, out_dir)
+    files = plots(runs, out_dir, name)
     print(md)
     print("plots: " + ", ".join(str(f) for f in files))
     return 1 if any(r.failure for r in runs) else 0

@@ -305,7 +305,7 @@ def cost_rows(shaped: RunSummary, baseline: RunSummary, clusters: Sequence[CostC
             f"batch cost saved at rate-card throughput ({REF_BATCH} seqs/GPU everywhere)",
             f"{ref_saved * 100:.1f}%",
             f"${shaped.ref_batch_cost:.5f} vs ${baseline.ref_batch_cost:.5f}: "
-            "$/GPU-h ranking vs $/token when every GPU is equally busy",
+            "the same tokens priced as if every GPU ran equally busy: placement alone, no packing effect",
         )
     )
     rows.append(

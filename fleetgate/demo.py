@@ -100,7 +100,7 @@ def header(
     lines = [
         f"global endpoint: {endpoint}",
         f"api key: {keys.api_key}",
-        f'batch api key: {keys.batch_key}   (tenant "batch": sent to the cheapest capacity with room)',
+        f'batch api key: {keys.batch_key}   (tenant "batch": sent to the capacity with room that is cheapest per token)',
         f"admin key: {keys.admin_key}   (POST /admin/clusters/ID/drain)",
         "",
         f"fleet: {len(fleet)} clusters, {n_pods} simulated pods of {BASE_MODEL}; "

@@ -4,7 +4,7 @@ Poisson arrivals at a fixed rate, at most `max_inflight` requests open at once (
 are skipped, not queued, so the generator can never pile up), every request with a timeout. The mix
 exercises what the fleet is for: interactive chat (some streamed) with a shared system prompt
 (prefix-cache affinity) from users in every region, LoRA adapter requests (adapter affinity), and
-batch completions on the batch tenant (cheapest capacity with room).
+batch completions on the batch tenant (the capacity with room that is cheapest per token).
 """
 
 from __future__ import annotations

@@ -203,7 +203,11 @@ class Demo:
             token_file.touch(mode=0o600)
             token_file.write_text(self.keys.agent_tokens[plan.cluster_id])
             spec = gateway_spec(
-                plan, self.sims[plan.cluster_id].urls, router_capacity_address=address, token_file=token_file
+                plan,
+                self.sims[plan.cluster_id].urls,
+                router_capacity_address=address,
+                token_file=token_file,
+                time_scale=self.args.time_scale,
             )
             gateway = ClusterGateway(spec, port=0)
             self.gateways[plan.cluster_id] = gateway

@@ -16,6 +16,7 @@ from common.config.gateway import GatewaySpec
 from common.config.loader import load_config_data
 from common.config.router import GlobalRouterConfig
 from global_router.tenants import hash_key
+from modelsim.profiles import get_profile
 
 BASE_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 Engine = Literal["vllm", "sglang", "tgi"]
@@ -133,8 +134,31 @@ def pod_spec_document(plan: ClusterPlan, *, time_scale: float, seed: int) -> dic
     return {"pods": pods}
 
 
+# a typical demo request: what the operator's own benchmark of the hardware would have used
+TYPICAL_PROMPT_TOKENS = 600
+TYPICAL_BATCH = 8
+
+
+def pod_performance(plan: ClusterPlan, time_scale: float = 1.0) -> dict[str, float]:
+    """`capacity.podPerformance` as an operator sets it from a benchmark of their hardware, so the
+    router tells an L4 cluster from an H100 one before either has served a request. Taken from the
+    slowest pod's simulator profile (scaled like the simulator), as a real operator would quote it."""
+    profiles = [get_profile(p.profile) for p in plan.pods]
+    prefill_s = max(hw.expected_ttft_s(TYPICAL_PROMPT_TOKENS) for hw in profiles)
+    itl_s = max(hw.expected_itl_s(TYPICAL_BATCH, TYPICAL_PROMPT_TOKENS) for hw in profiles)
+    return {
+        "prefillMs": round(prefill_s * 1000.0 * time_scale, 1),
+        "decodeTokensPerSecond": round(1.0 / (itl_s * time_scale), 1),
+    }
+
+
 def gateway_spec(
-    plan: ClusterPlan, pod_urls: list[str], *, router_capacity_address: str, token_file: Path
+    plan: ClusterPlan,
+    pod_urls: list[str],
+    *,
+    router_capacity_address: str,
+    token_file: Path,
+    time_scale: float = 1.0,
 ) -> GatewaySpec:
     """The cluster's gateway: its pods as a static pool, and its agent linked to the router."""
     if len(pod_urls) != len(plan.pods):
@@ -159,7 +183,11 @@ def gateway_spec(
             "tokenFile": str(token_file),
             "reportIntervalMs": 500,
         },
-        "capacity": {"costPerGpuHour": plan.cost_per_gpu_hour, "capacityType": plan.capacity_type},
+        "capacity": {
+            "costPerGpuHour": plan.cost_per_gpu_hour,
+            "capacityType": plan.capacity_type,
+            "podPerformance": pod_performance(plan, time_scale),
+        },
     }
     return load_config_data(data, GatewaySpec, source=f"demo gateway {plan.cluster_id}")
 

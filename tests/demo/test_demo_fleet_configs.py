@@ -18,6 +18,7 @@ from fleetgate.demo_fleet import (
     DemoSecrets,
     adapters_of,
     gateway_spec,
+    pod_performance,
     pod_spec_document,
     router_config,
 )
@@ -130,3 +131,16 @@ def test_bad_options_are_refused_naming_the_option(argv: list[str], field: str) 
     with pytest.raises(ConfigError, match=field):
         demo.validate(_args(*argv))
     assert demo.run(_args(*argv)) == 2
+
+
+def test_each_cluster_quotes_its_hardware_speed_before_serving(tmp_path: Path) -> None:
+    by_id = {plan.cluster_id: plan for plan in DEFAULT_FLEET}
+    h100, a100, l4 = (pod_performance(by_id[c]) for c in ("us-east-1", "eu-west-1", "ap-south-1"))
+    assert h100["prefillMs"] < a100["prefillMs"] < l4["prefillMs"]
+    assert h100["decodeTokensPerSecond"] > a100["decodeTokensPerSecond"] > l4["decodeTokensPerSecond"]
+    slow = pod_performance(by_id["ap-south-1"], time_scale=2.0)
+    assert slow["prefillMs"] == pytest.approx(2 * l4["prefillMs"], rel=0.01)
+    plan = by_id["ap-south-1"]
+    urls = [f"http://127.0.0.1:{9000 + i}" for i in range(len(plan.pods))]
+    spec = gateway_spec(plan, urls, router_capacity_address="127.0.0.1:5999", token_file=tmp_path / "t")
+    assert spec.capacity.pod_performance.prefill_ms == l4["prefillMs"]

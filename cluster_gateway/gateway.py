@@ -81,6 +81,7 @@ class ClusterGateway:
                 self.pool,
                 token=load_agent_token(spec.global_router),
                 gateway_url=lambda: (spec.public_url or self.url) if self.bound_port else None,
+                gateway_queued=self.admission.depth_by_model,  # read-only: requests held here
             )
             self._background.append(("capacity-agent", self.agent.run))
         self._tasks: list[asyncio.Task[None]] = []

@@ -23,15 +23,21 @@ Pod speed and concurrency (TTFT, headroom, tokens/s per pod) come from the servi
 `cluster_gateway.agent.service_model`; the cluster's TTFT estimate is that of its best unsaturated
 pod (the gateway picks the best pod), headroom and tokens/s are sums over its ready pods, and
 gpu_tokens_per_second is the per-GPU throughput at full concurrency (for Tier 2's cost per token).
+
+Requests held in the gateway's own admission queue (every pod saturated; `gateway_queued`, per
+requested name, folded under its base model like the catalogs' adapters) are ahead of any new
+request: they add to `queued`, come off headroom_requests, and are spread evenly over the model's
+ready pods as extra requests ahead in each pod's TTFT estimate (the gateway hands them to whichever
+pod frees up first). Without this a cluster holding 50 requests would still advertise its pods' room.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -65,10 +71,35 @@ class _PodView:
     speed: PodSpeed
 
 
+def _with_gateway_queue(pod: _PodView, ahead: float) -> _PodView:
+    """`pod` with `ahead` more requests queued in front of a new one (held in the gateway)."""
+    if ahead <= 0:
+        return pod
+    ttft = estimate_ttft_ms(pod.speed, pod.waiting, pod.running, pod.dispatched, extra_ahead=ahead)
+    return replace(pod, ttft_ms=max(pod.ttft_ms, ttft))
+
+
 @dataclass(slots=True)
 class _ModelAgg:
     pods: list[_PodView] = field(default_factory=list)
     adapters_available: set[str] = field(default_factory=set)
+    gateway_queued: int = 0  # held in the gateway's admission queue
+
+
+def fold_gateway_queue(queued: Mapping[str, int], bases: Mapping[str, AbstractSet[str]]) -> dict[str, int]:
+    """Requests queued in the gateway per requested name -> per base model (`bases`: base → its
+    adapters). An adapter counts under the first base (by name) that serves it; with a single base
+    model every name counts under it; otherwise a name no ready pod serves is dropped (the gateway
+    rejects unknown models before queueing; a base with no ready pod has nothing to report)."""
+    out: dict[str, int] = {}
+    sole = next(iter(bases)) if len(bases) == 1 else None
+    for name, n in queued.items():
+        if n <= 0:
+            continue
+        base = name if name in bases else next((b for b in sorted(bases) if name in bases[b]), sole)
+        if base is not None:
+            out[base] = out.get(base, 0) + n
+    return out
 
 
 def default_saturation(spec: GatewaySpec) -> Saturation:
@@ -173,7 +204,8 @@ def _pod_view(pod: PodState, saturation: Saturation, svc: ServiceModel, pooled: 
 
 
 def _model_capacity(name: str, agg: _ModelAgg, gpus_per_pod: int) -> capacity_pb2.ModelCapacity:
-    pods = agg.pods
+    held = agg.gateway_queued
+    pods = [_with_gateway_queue(p, held / len(agg.pods)) for p in agg.pods] if held else agg.pods
     resident: set[str] = set()
     for p in pods:
         resident |= p.running_adapters
@@ -195,7 +227,7 @@ def _model_capacity(name: str, agg: _ModelAgg, gpus_per_pod: int) -> capacity_pb
         model=name,
         ready_pods=len(pods),
         saturated_pods=sum(1 for p in pods if p.saturated),
-        queued=sum(p.waiting for p in pods),
+        queued=sum(p.waiting for p in pods) + held,
         running=sum(p.running for p in pods),
         kv_headroom=kv_headroom,
         adapters_resident=sorted(resident),
@@ -203,7 +235,7 @@ def _model_capacity(name: str, agg: _ModelAgg, gpus_per_pod: int) -> capacity_pb
         est_ttft_ms=est_ttft,
         tokens_per_second=sum(p.tokens_per_s for p in pods),
         gpu_tokens_per_second=gpu_tokens_per_second((p.speed for p in pods), gpus_per_pod),
-        headroom_requests=sum(p.headroom for p in pods),
+        headroom_requests=max(0, sum(p.headroom for p in pods) - held),
     )
 
 
@@ -217,10 +249,12 @@ def build_report(
     now: float | None = None,
     wall_time: float | None = None,
     url: str | None = None,
+    gateway_queued: Mapping[str, int] | None = None,
 ) -> capacity_pb2.CapacityReport:
     """One report for the whole pool; `now` is monotonic (as `PodMetrics.scraped_at`); `url`
     overrides the gateway URL derived from the spec (e.g. the port actually bound); `service`
-    defaults to `service_model(spec)`."""
+    defaults to `service_model(spec)`; `gateway_queued`: requests waiting in the gateway's
+    admission queue per requested model name (module docstring)."""
     now = time.monotonic() if now is None else now
     service = service_model(spec) if service is None else service
     pods = pool.pods()
@@ -244,6 +278,14 @@ def build_report(
         for pod, adapters in members:
             agg.pods.append(_pod_view(pod, saturation, service, pooled))
             agg.adapters_available |= adapters
+    if gateway_queued:
+        bases = {
+            name: agg.adapters_available.union(*(p.running_adapters for p in agg.pods))
+            for name, agg in per_model.items()
+            if agg.pods
+        }
+        for base, n in fold_gateway_queue(gateway_queued, bases).items():
+            per_model[base].gateway_queued = n
 
     report = capacity_pb2.CapacityReport(
         cluster_id=spec.cluster_id,

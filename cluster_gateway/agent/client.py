@@ -15,7 +15,7 @@ import ipaddress
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -61,6 +61,8 @@ class CapacityAgent:
 
     `gateway_url`, when given, supplies the URL Tier 2 should send traffic to (e.g. from the port the
     gateway actually bound); while it returns None the agent waits before connecting.
+    `gateway_queued`, when given, reads the gateway's admission queue depth per requested model (a
+    read-only view: the agent never calls into the proxy), counted in each report.
     """
 
     def __init__(
@@ -78,6 +80,7 @@ class CapacityAgent:
         silence_timeout_s: float | None = None,
         on_drain: Callable[[bool], None] | None = None,
         gateway_url: Callable[[], str | None] | None = None,
+        gateway_queued: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         if spec.global_router is None:
             raise ConfigError("globalRouter: must be set to run the capacity agent")
@@ -100,6 +103,7 @@ class CapacityAgent:
         self._silence_timeout_s = silence_timeout_s
         self._on_drain = on_drain
         self._gateway_url = gateway_url
+        self._gateway_queued = gateway_queued
         self._metadata = (("authorization", f"Bearer {token}"),)  # never logged
         self._root_certs = _read_ca(self.link.ca_file) if self.link.tls and self.link.ca_file else None
         self.interval_s = max(MIN_INTERVAL_S, self.link.report_interval_ms / 1000.0)
@@ -158,7 +162,16 @@ class CapacityAgent:
         """The next report (advances the sequence)."""
         self._seq += 1
         url = self._gateway_url() if self._gateway_url is not None else None
-        return build_report(self.spec, self.pool, self._seq, self.saturation, service=self.service, url=url)
+        queued = self._gateway_queued() if self._gateway_queued is not None else None
+        return build_report(
+            self.spec,
+            self.pool,
+            self._seq,
+            self.saturation,
+            service=self.service,
+            url=url,
+            gateway_queued=queued,
+        )
 
     async def _wait_for_url(self) -> str:
         if self._gateway_url is None:

@@ -161,14 +161,16 @@ def _kv_bound(m: PodMetrics, perf: PodPerf, svc: ServiceModel) -> float | None:
     return max(1.0, pool_tokens / footprint)
 
 
-def estimate_ttft_ms(speed: PodSpeed, waiting: int, running: int, dispatched: int) -> float:
+def estimate_ttft_ms(
+    speed: PodSpeed, waiting: float, running: int, dispatched: int, *, extra_ahead: float = 0.0
+) -> float:
     """Prefill when a slot is free, else prefill + queueing behind the requests ahead (see above):
     the longer of waiting for a slot and waiting for the prompts ahead to be prefilled.
 
     Ahead of a new request: those waiting plus the requests dispatched since the scrape beyond the
-    free slots."""
+    free slots, plus `extra_ahead` (this pod's share of the requests held in the gateway's queue)."""
     free_slots = max(0.0, speed.slots - running)
-    ahead = waiting + max(0.0, dispatched - free_slots)
+    ahead = waiting + extra_ahead + max(0.0, dispatched - free_slots)
     if waiting == 0 and ahead <= 0 and free_slots >= 1:
         return speed.prefill_s * 1000.0
     rate = speed.concurrency / speed.service_s  # requests finished per second when busy

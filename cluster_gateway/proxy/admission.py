@@ -43,6 +43,14 @@ class AdmissionQueue(Generic[R]):
     def __len__(self) -> int:
         return len(self._q)
 
+    def depth_by_model(self) -> dict[str, int]:
+        """Waiting requests per requested model name (a base model or an adapter): a read-only view
+        for the capacity agent, whose reports must count requests held here, not only on the pods."""
+        depth: dict[str, int] = {}
+        for w in self._q:
+            depth[w.model] = depth.get(w.model, 0) + 1
+        return depth
+
     def _shed(self, why: str) -> OpenAIError:
         retry = max(1.0, min(self.timeout_s, 30.0))
         return rate_limited(f"All model servers are saturated ({why}); retry later.", retry_after_s=retry)

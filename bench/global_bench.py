@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import re
 import shutil
 import signal
@@ -28,7 +27,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -38,6 +36,7 @@ from typing import Any
 import httpx
 import yaml
 
+from bench import procs
 from bench.report import module_command, results_header
 from bench.stats import percentile
 from global_router.tenants import hash_key
@@ -63,49 +62,7 @@ class Row:
     note: str = ""
 
 
-# --- processes ---------------------------------------------------------------------------------
-def _spawn(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "fleetgate", *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-
-
-def _expect(stream: Any, pattern: str, count: int, timeout: float = 30.0) -> list[str]:
-    found: list[str] = []
-    rx = re.compile(pattern)
-    deadline = time.monotonic() + timeout
-    while len(found) < count and time.monotonic() < deadline:
-        line = stream.readline()
-        if not line:
-            break
-        if m := rx.search(line):
-            found.append(m.group(1))
-    if len(found) < count:
-        raise RuntimeError(f"expected {count} x {pattern!r}, got {found}")
-    return found
-
-
-def _drain_in_background(*pipes: Any) -> None:
-    for pipe in pipes:
-        if pipe is not None:
-            threading.Thread(target=lambda p=pipe: [None for _ in p], daemon=True).start()
-
-
-def _stop(p: subprocess.Popen[str], sig: int = signal.SIGTERM) -> None:
-    if p.poll() is None:
-        p.send_signal(sig)
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
+# --- processes (helpers: bench/procs.py) -------------------------------------------------------
 @dataclass
 class Cluster:
     cluster_id: str
@@ -115,7 +72,7 @@ class Cluster:
 
     def kill(self) -> None:
         for p in (self.gateway, self.sim):
-            _stop(p, signal.SIGKILL)
+            procs.stop(p, signal.SIGKILL)
 
 
 class Fleet:
@@ -138,11 +95,11 @@ class Fleet:
         profile: str = "tiny",
         capacity_type: str = "on-demand",
     ) -> Cluster:
-        sim = _spawn(
+        sim = procs.spawn(
             "sim", "--pods", str(pods), "--base-port", "0", "--profile", profile,
             "--time-scale", str(time_scale), "--seed", str(len(self.clusters)), "--log-level", "warning",
         )  # fmt: skip
-        urls = _expect(sim.stdout, r"listening on (http://\S+)", pods)
+        urls = procs.expect(sim.stdout, r"listening on (http://\S+)", pods)
         (self.tmp / f"{cid}.token").write_text(f"tok-{cid}")
         spec = {
             "clusterId": cid,
@@ -158,9 +115,9 @@ class Fleet:
         }
         path = self.tmp / f"{cid}.yaml"
         path.write_text(yaml.safe_dump(spec))
-        gw = _spawn("gateway", "--config", str(path), "--port", "0", "--log-format", "text")
-        port = _expect(gw.stderr, r"listening on http://127\.0\.0\.1:(\d+)", 1)[0]
-        _drain_in_background(sim.stdout, sim.stderr, gw.stdout, gw.stderr)
+        gw = procs.spawn("gateway", "--config", str(path), "--port", "0", "--log-format", "text")
+        port = procs.expect(gw.stderr, r"listening on http://127\.0\.0\.1:(\d+)", 1)[0]
+        procs.drain_in_background(sim.stdout, sim.stderr, gw.stdout, gw.stderr)
         c = Cluster(cid, sim, gw, f"http://127.0.0.1:{port}")
         self.clusters.append(c)
         return c
@@ -184,10 +141,10 @@ class Fleet:
 
     def stop(self) -> None:
         for c in self.clusters:
-            _stop(c.gateway)
-            _stop(c.sim)
+            procs.stop(c.gateway)
+            procs.stop(c.sim)
         if self.router is not None:
-            _stop(self.router)
+            procs.stop(self.router)
 
 
 @contextlib.contextmanager
@@ -214,23 +171,17 @@ def fleet(
             if selection is not None:
                 cfg["selection"] = selection
             path.write_text(yaml.safe_dump(cfg))
-            grpc_port = _free_port()
-            f.router = _spawn(
+            grpc_port = procs.free_port()
+            f.router = procs.spawn(
                 "global-router", "--config", str(path), "--port", "0", "--grpc-port", str(grpc_port),
                 "--log-format", "text",
             )  # fmt: skip
-            f.router_url = _expect(f.router.stderr, r"global router listening on (http://\S+)", 1)[0]
-            _drain_in_background(f.router.stdout, f.router.stderr)
+            f.router_url = procs.expect(f.router.stderr, r"global router listening on (http://\S+)", 1)[0]
+            procs.drain_in_background(f.router.stdout, f.router.stderr)
             f.grpc_port = grpc_port
             yield f
         finally:
             f.stop()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _body(stream: bool = False, max_tokens: int = 1) -> dict[str, Any]:
@@ -498,7 +449,7 @@ def redis_server() -> Iterator[str | None]:
     if exe is None:
         yield None
         return
-    port = _free_port()
+    port = procs.free_port()
     with tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.Popen(
             [

@@ -23,13 +23,10 @@ import json
 import logging
 import math
 import os
-import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -38,6 +35,7 @@ from typing import Any
 
 import httpx
 
+from bench import procs
 from bench.report import module_command, results_header
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -73,56 +71,9 @@ class Row:
     note: str = ""
 
 
-def _spawn(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "fleetgate", *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-
-
-def _read_until(stream: Any, pattern: str, count: int, timeout: float = 30.0) -> list[str]:
-    found: list[str] = []
-    deadline = time.monotonic() + timeout
-    rx = re.compile(pattern)
-    while len(found) < count and time.monotonic() < deadline:
-        line = stream.readline()
-        if not line:
-            break
-        if m := rx.search(line):
-            found.append(m.group(1))
-    if len(found) < count:
-        raise RuntimeError(f"expected {count} matches of {pattern!r}, got {found}")
-    return found
-
-
-def _drain(pipe: Any) -> None:
-    for _line in pipe:
-        pass
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _stop(p: subprocess.Popen[str]) -> None:
-    if p.poll() is None:
-        p.terminate()
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
 @contextlib.contextmanager
 def processes(pods: int) -> Any:
-    sim = _spawn(
+    sim = procs.spawn(
         "sim",
         "--pods",
         str(pods),
@@ -137,8 +88,8 @@ def processes(pods: int) -> Any:
     )
     gw: subprocess.Popen[str] | None = None
     try:
-        urls = _read_until(sim.stdout, r"listening on (http://\S+)", pods)
-        gw = _spawn(
+        urls = procs.expect(sim.stdout, r"listening on (http://\S+)", pods)
+        gw = procs.spawn(
             "gateway",
             "--pods",
             ",".join(urls),
@@ -151,16 +102,13 @@ def processes(pods: int) -> Any:
             "--log-level",
             "INFO",
         )
-        ports = _read_until(gw.stderr, r"listening on (?:http://)?127\.0\.0\.1:(\d+)", 2)
-        # Drain the log pipes so the servers can never block on a full pipe.
-        for pipe in (gw.stderr, gw.stdout, sim.stdout, sim.stderr):
-            if pipe is not None:
-                threading.Thread(target=_drain, args=(pipe,), daemon=True).start()
+        ports = procs.expect(gw.stderr, r"listening on (?:http://)?127\.0\.0\.1:(\d+)", 2)
+        procs.drain_in_background(gw.stderr, gw.stdout, sim.stdout, sim.stderr)
         yield urls, f"http://127.0.0.1:{ports[0]}", int(ports[1]), gw.pid
     finally:
         if gw is not None:
-            _stop(gw)
-        _stop(sim)
+            procs.stop(gw)
+        procs.stop(sim)
 
 
 _seq = itertools.count()
@@ -366,7 +314,7 @@ async def via_envoy(pods: list[str], extproc_port: int, n: int, samples: Samples
     binary = str(envoy) if envoy.exists() else shutil.which("envoy")
     if binary is None:
         return [Row("ext_proc", "via Envoy + picker", math.nan, math.nan, "skipped: envoy binary not found")]
-    listen, admin = free_port(), free_port()
+    listen, admin = procs.free_port(), procs.free_port()
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "envoy.json"
         cfg.write_text(
@@ -446,7 +394,7 @@ async def frameworks(n: int) -> list[Row]:
     apps: list[tuple[str, Any]] = [("bare ASGI", bare), ("litestar", Litestar([handler]))]
     rows = []
     for name, app in apps:
-        port = free_port()
+        port = procs.free_port()
         server = uvicorn.Server(
             uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off")
         )

@@ -37,6 +37,7 @@ from pathlib import Path
 import httpx
 import yaml
 
+from bench import procs
 from bench.loadgen import Result, replay
 from bench.stats import Summary, coefficient_of_variation, summarise
 from bench.trace import TraceRequest, TraceSpec, generate
@@ -83,9 +84,7 @@ class PolicyRun:
 def _port_block(n: int) -> int:
     """A base port with n consecutive free ports (checked by binding)."""
     for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = int(s.getsockname()[1])
+        base = procs.free_port()
         if base + n >= 65000:
             continue
         ok = True
@@ -99,31 +98,6 @@ def _port_block(n: int) -> int:
         if ok:
             return base
     raise RuntimeError("no free port block")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_http(
-    url: str,
-    timeout_s: float,
-    proc: subprocess.Popen[bytes],
-    ok: int = 200,
-    check: Callable[[httpx.Response], bool] | None = None,
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"process for {url} exited with {proc.returncode}")
-        with contextlib.suppress(httpx.HTTPError, ValueError):
-            resp = httpx.get(url, timeout=1.0)
-            if resp.status_code == ok and (check is None or check(resp)):
-                return
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} not ready after {timeout_s}s")
 
 
 def _all_workers_healthy(pod_urls: list[str]) -> Callable[[httpx.Response], bool]:
@@ -149,6 +123,8 @@ def _log_tail(log: Path, lines: int = 3) -> str:
 def _process(
     cmd: list[str], log: Path, env: dict[str, str] | None = None
 ) -> Iterator[subprocess.Popen[bytes]]:
+    """`cmd` with its output in `log`, not a pipe: a peer router's log is read after the run, for the
+    failure note, and a file never fills up and stalls it."""
     with log.open("wb") as out:
         proc = subprocess.Popen(
             cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env={**os.environ, **(env or {})}
@@ -156,13 +132,7 @@ def _process(
         try:
             yield proc
         finally:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            procs.stop(proc)
 
 
 def _sim_command(setup: Setup, base_port: int, workdir: Path, engine: str = "vllm") -> list[str]:
@@ -244,7 +214,7 @@ def _peer_command(
         return None
     common = ["--host", "127.0.0.1", "--port", str(port), "--policy", pol, "--worker-urls", *pod_urls]
     # both bind a Prometheus listener on 29000 by default: two runs (or anything else there) would collide
-    metrics = metrics_port if metrics_port is not None else _free_port()
+    metrics = metrics_port if metrics_port is not None else procs.free_port()
     common += ["--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics)]
     if family == "sglang":
         return [str(exe), "launch", *common, "--log-level", "warn"]
@@ -331,7 +301,7 @@ def run_policy(policy: str, setup: Setup, trace_reqs: list[TraceRequest], workdi
     comes back as a run with `failure` set (and its log named), never as a silent zero-error run."""
     base = _port_block(setup.pods)
     pod_urls = [f"http://127.0.0.1:{base + i}" for i in range(setup.pods)]
-    front_port = _free_port()
+    front_port = procs.free_port()
     front_url = f"http://127.0.0.1:{front_port}"
     tag = policy.replace(":", "_")
     is_peer = policy not in FLEETGATE_PROFILES
@@ -353,11 +323,11 @@ def run_policy(policy: str, setup: Setup, trace_reqs: list[TraceRequest], workdi
     run = PolicyRun(policy, [], 0.0)
     with _process(_sim_command(setup, base, workdir, engine), workdir / f"sim-{tag}.log") as sim:
         for u in pod_urls:
-            _wait_http(u + "/health", 30, sim)
+            procs.wait_http(u + "/health", 30, sim)
         with _process(cmd, front_log, env) as front:
             try:
-                _wait_http(ready_url, 60, front, check=ready_check)
-                _wait_http(front_url + "/v1/models", 10, front)
+                procs.wait_http(ready_url, 60, front, check=ready_check)
+                procs.wait_http(front_url + "/v1/models", 10, front)
             except RuntimeError as exc:
                 run.failure = f"did not start: {exc}; log {front_log}: {_log_tail(front_log)}"
                 return run

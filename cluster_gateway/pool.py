@@ -44,6 +44,7 @@ class PodPerf:
     itl_s: float | None = None  # time per output token of one running sequence
     footprint_tokens: float | None = None  # mean prompt + output tokens per request (KV per request)
     running_cap: int | None = None  # most requests seen running while others waited with KV to spare
+    admit_gap_s: float | None = None  # window / requests leaving the engine queue in it (None: none did)
 
 
 @dataclass(slots=True)

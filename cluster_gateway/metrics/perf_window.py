@@ -10,6 +10,9 @@ KV has room and requests finish (freed slots went to waiting requests, and no mo
 Without the finishes a long prefill step would pass for a cap, and without the hold the brief
 wait of each new arrival for the next engine step would. A plateau under prefill-bound load still
 can, so a learned cap lapses `cap_ttl_s` after it was last seen.
+The mean gap between admissions (window / requests that left the engine queue in it, from the
+queue-time histogram's count) bounds how long each queued request holds up the next: see
+`cluster_gateway.agent.service_model`.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ def derive_perf(means: dict[str, float], running_cap: int | None) -> PodPerf:
         itl_s=means.get("itl") or None,
         footprint_tokens=footprint if footprint else None,
         running_cap=running_cap,
+        admit_gap_s=means.get("admit_gap") or None,
     )
 
 
@@ -101,6 +105,9 @@ class PerfWindow:
         while len(readings) > 2 and now - readings[1][0] >= self.window_s:
             readings.popleft()  # keep one reading at or beyond the window's start
         h.means = window_means(readings[0][1], counters)
+        admitted = counters.get("queue", (0.0, 0.0))[1] - readings[0][1].get("queue", (0.0, 0.0))[1]
+        if admitted > 0:  # requests that left the queue in the window: its drain rate, under load
+            h.means["admit_gap"] = (now - readings[0][0]) / admitted
         h.done = finished(counters)
 
     def _learn_cap(self, h: _PodHistory, now: float, m: PodMetrics, done: float) -> None:

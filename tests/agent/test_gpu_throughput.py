@@ -17,7 +17,12 @@ SAT = Saturation(queue_depth=5, kv_usage=0.8)
 
 def _speed(concurrency: float, decode: float) -> PodSpeed:
     return PodSpeed(
-        prefill_s=0.05, service_s=2.0, decode_tokens_per_s=decode, concurrency=concurrency, slots=concurrency
+        prefill_s=0.05,
+        drain_s=0.05,
+        service_s=2.0,
+        decode_tokens_per_s=decode,
+        concurrency=concurrency,
+        slots=concurrency,
     )
 
 

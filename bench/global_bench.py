@@ -36,14 +36,11 @@ from typing import Any
 import httpx
 import yaml
 
-from bench import procs
-from bench.report import module_command, results_header
+from bench import procs, report
 from bench.stats import percentile
 from global_router.tenants import hash_key
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "global.md"
 API_KEY = "sk-bench"
 
 
@@ -506,17 +503,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.global_bench", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer requests, shorter runs")
     ap.add_argument("--section", choices=[*SECTIONS, "all"], default="all")
-    ap.add_argument(
-        "--out",
-        type=Path,
-        help="markdown table (default bench/results/global.md, global_quick.md with --quick); "
-        "plots go next to it as <stem>_*.png",
-    )
-    ap.add_argument("--no-plots", action="store_true", help="table only")
+    report.add_output_options(ap, "global", "plots go next to it as <stem>_*.png")
     args = ap.parse_args(argv)
     names = list(SECTIONS) if args.section == "all" else [args.section]
-    out: Path = args.out or RESULTS.with_name("global_quick.md" if args.quick else "global.md")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = report.output_path(args.out, "global", args.quick)
     plot_dir = None if args.no_plots else out.parent
     rows: list[Row] = []
     for name in names:
@@ -526,7 +516,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress(f"== section {name} done in {time.monotonic() - t:.0f} s")
     text = table(rows)
     print(text)
-    out.write_text(results_header("global", module_command("bench.global_bench", argv)) + text + "\n")
+    report.write_results(out, "global", report.module_command("bench.global_bench", argv), text)
     progress(f"wrote {out}")
     return 0
 

@@ -35,12 +35,9 @@ from typing import Any
 
 import httpx
 
-from bench import procs
-from bench.report import module_command, results_header
+from bench import procs, report
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "overhead.md"
 
 # measurement ("non-streaming" | "streaming TTFB") -> path ("direct to pod", ...) -> seconds
 Samples = dict[str, dict[str, list[float]]]
@@ -470,22 +467,15 @@ async def run(quick: bool, samples: Samples | None = None) -> list[Row]:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.proxy_overhead", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer requests and shorter load (CI smoke)")
-    ap.add_argument(
-        "--out",
-        type=Path,
-        help="markdown table (default bench/results/overhead.md, overhead_quick.md with --quick); "
-        "the plot goes next to it as <stem>_latency.png",
-    )
-    ap.add_argument("--no-plots", action="store_true", help="table only")
+    report.add_output_options(ap, "overhead", "the plot goes next to it as <stem>_latency.png")
     args = ap.parse_args(argv)
-    out: Path = args.out or RESULTS.with_name("overhead_quick.md" if args.quick else "overhead.md")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = report.output_path(args.out, "overhead", args.quick)
     samples: Samples = {}
     logging.getLogger("httpx").setLevel(logging.WARNING)  # litestar's log config would print every request
     rows = asyncio.run(run(args.quick, samples))
     text = table(rows)
     print(text)
-    out.write_text(results_header("overhead", module_command("bench.proxy_overhead", argv)) + text + "\n")
+    report.write_results(out, "overhead", report.module_command("bench.proxy_overhead", argv), text)
     progress(f"[overhead] wrote {out}")
     if not args.no_plots and samples:
         from bench.plots import latency_cdfs

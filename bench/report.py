@@ -7,6 +7,7 @@ leaves its latest figures on disk next to the others.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import os
@@ -31,6 +32,31 @@ def results_header(name: str, command: Sequence[str]) -> str:
 def module_command(module: str, argv: Sequence[str] | None) -> list[str]:
     """How a scenario run as `python -m module` was invoked (argv None: this process's arguments)."""
     return ["python", "-m", module, *(sys.argv[1:] if argv is None else argv)]
+
+
+def add_output_options(ap: argparse.ArgumentParser, name: str, plots: str) -> None:
+    """`--out` and `--no-plots`, the same for every scenario that writes its own report."""
+    ap.add_argument(
+        "--out",
+        type=Path,
+        help=f"markdown table (default bench/results/{name}.md, {name}_quick.md with --quick); {plots}",
+    )
+    ap.add_argument("--no-plots", action="store_true", help="table only")
+
+
+def output_path(out: Path | None, name: str, quick: bool) -> Path:
+    """Where the report goes: `--out`, else bench/results/NAME[_quick].md (a quick run never
+    overwrites a full run's figures)."""
+    path = out or RESULTS_DIR / (f"{name}_quick.md" if quick else f"{name}.md")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def write_results(path: Path, name: str, command: Sequence[str], table: str) -> None:
+    """The report under its header, replaced whole: a crash mid-write keeps the previous figures."""
+    tmp = path.with_suffix(".md.tmp")
+    tmp.write_text(results_header(name, command) + table + "\n", encoding="utf-8")
+    tmp.replace(path)
 
 
 class _Tee(io.TextIOBase):

@@ -39,12 +39,12 @@ import yaml
 
 from bench import procs
 from bench.loadgen import Result, replay
+from bench.report import RESULTS_DIR
 from bench.stats import Summary, coefficient_of_variation, summarise
 from bench.trace import TraceRequest, TraceSpec, generate
 from common.promtext import parse_families
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
 PEERS_VENV = ROOT / ".venv-peers"
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 ADAPTERS = tuple(f"support-lora-{i}" for i in range(6))
@@ -467,7 +467,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--rps", type=float, help="base arrival rate")
     ap.add_argument("--time-scale", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--out", default=str(RESULTS_DIR))
     args = ap.parse_args(argv)
 
     if args.peers:

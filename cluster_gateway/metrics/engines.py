@@ -279,9 +279,9 @@ ENGINES: dict[EngineType, EngineMapping] = {
 }
 
 _ANY_ENGINE: FamilyReader = reader_for(frozenset().union(*(m.wanted for m in ENGINES.values())))
-_ANY_ENGINE_PERF: FamilyReader = reader_for(
-    frozenset().union(*(m.wanted | _perf_names(m.perf) for m in ENGINES.values()))
-)
+# names read on a scrape that also reads the latency histograms, per engine (fixed: computed once)
+_WITH_PERF: dict[EngineType, frozenset[str]] = {e: m.wanted | _perf_names(m.perf) for e, m in ENGINES.items()}
+_ANY_ENGINE_PERF: FamilyReader = reader_for(frozenset().union(*_WITH_PERF.values()))
 
 
 def _detect(families: Families) -> EngineType | None:
@@ -312,8 +312,7 @@ def read_pod_sample(
         if engine is None:
             raise MetricsMappingError("no vLLM, SGLang or TGI metrics in the body")
     else:
-        wanted = ENGINES[engine].wanted
-        families = reader_for(wanted | _perf_names(ENGINES[engine].perf) if perf else wanted).read(body)
+        families = reader_for(_WITH_PERF[engine] if perf else ENGINES[engine].wanted).read(body)
     mapping = ENGINES[engine]
     return PodSample(
         mapping.to_metrics(families, scraped_at),

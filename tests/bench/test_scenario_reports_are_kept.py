@@ -36,3 +36,19 @@ def test_cli_keeps_a_simulated_time_scenarios_table(tmp_path: Path, monkeypatch:
     text = (tmp_path / "pick_sim.md").read_text()
     assert "fleetgate bench pick-sim --seconds 3" in text
     assert "| latency |" in text
+
+
+def test_quick_runs_get_their_own_report_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(report, "RESULTS_DIR", tmp_path)
+    assert report.output_path(None, "global", quick=True) == tmp_path / "global_quick.md"
+    assert report.output_path(None, "global", quick=False) == tmp_path / "global.md"
+    chosen = tmp_path / "elsewhere" / "x.md"
+    assert report.output_path(chosen, "global", quick=True) == chosen and chosen.parent.is_dir()
+
+
+def test_written_report_carries_command_and_table(tmp_path: Path) -> None:
+    path = tmp_path / "overhead.md"
+    report.write_results(path, "overhead", ["python", "-m", "bench.proxy_overhead", "--quick"], "| a |")
+    text = path.read_text()
+    assert text.startswith("# overhead\n") and "`python -m bench.proxy_overhead --quick`" in text
+    assert text.endswith("| a |\n") and not path.with_suffix(".md.tmp").exists()

@@ -56,7 +56,10 @@ class ClusterGateway:
         self.metrics = GatewayMetrics(self.registry)
         self.pool = EndpointPool()
         self.discovery = build_discovery(spec.discovery)
-        self.scraper = Scraper(self.pool, spec.scrape, registry=self.registry)
+        # pods' latency histograms feed only the capacity agent's estimates: read them only for it
+        self.scraper = Scraper(
+            self.pool, spec.scrape, registry=self.registry, measure_speed=spec.global_router is not None
+        )
         # One staleness bound for scraper and scheduler, so "fresh" means the same in both.
         self.scheduler = Scheduler(
             self.pool,

@@ -73,8 +73,14 @@ class Scraper:
         scrape: Scrape,
         client: httpx.AsyncClient | None = None,
         registry: CollectorRegistry | None = None,
+        *,
+        measure_speed: bool = True,
     ) -> None:
+        """`measure_speed`: also read the pods' latency histograms (PodMetrics.perf). Only the
+        capacity agent uses them, and they triple a scrape's parse time, so a gateway without an
+        agent turns this off."""
         self._pool = pool
+        self._measure_speed = measure_speed
         self._cfg = scrape
         self._interval_s = scrape.interval_ms / 1000
         self._timeout_s = scrape.timeout_ms / 1000
@@ -206,7 +212,10 @@ class Scraper:
             body = await self._fetch(endpoint, "/metrics", "metrics")
             engine = self._engine_for(name, endpoint)
             scraped_at = time.monotonic()
-            with_perf = scraped_at - self._perf_read_at.get(name, -_PERF_EVERY_S) >= _PERF_EVERY_S
+            with_perf = (
+                self._measure_speed
+                and scraped_at - self._perf_read_at.get(name, -_PERF_EVERY_S) >= _PERF_EVERY_S
+            )
             try:
                 sample = read_pod_sample(body, engine, scraped_at, perf=with_perf)
             except ValueError as exc:
@@ -219,9 +228,10 @@ class Scraper:
                 metrics.prefix_cache_hit_rate = self._prefix.update(
                     name, scraped_at, sample.prefix, metrics.prefix_cache_hit_rate
                 )
-            if with_perf:
-                self._perf_read_at[name] = scraped_at
-            metrics.perf = self._perf.update(name, scraped_at, sample.perf, metrics)
+            if self._measure_speed:
+                if with_perf:
+                    self._perf_read_at[name] = scraped_at
+                metrics.perf = self._perf.update(name, scraped_at, sample.perf, metrics)
         except FetchError as exc:
             self.metrics.failures.labels(exc.reason).inc()
             self._pool.record_scrape_failure(name, self._cfg.stale_after_misses)

@@ -199,7 +199,9 @@ async def test_a_large_prompt_streams_through_the_picker_intact(tmp_path: Path) 
 async def test_override_host_mode_fails_over_to_the_pickers_ranked_fallbacks(tmp_path: Path) -> None:
     """STATIC pod cluster + override_host LB: the picked pod is dead, Envoy retries the `envoy.lb` fallbacks."""
     specs = [PodSpec(profile="tiny") for _ in range(3)]
-    slow = {"intervalMs": 5000, "maxStalenessMs": 20000}  # the pool keeps believing the dead pod is fine
+    # one scrape when the pool fills, then none during the test: the pool keeps believing the dead pod
+    # is fine, and no scrape of pods 1-2 resets the dispatches that make pod 0 the first choice
+    slow = {"intervalMs": 60000, "maxStalenessMs": 120000}
     async with SimFleet(specs) as fleet:
         gw = ClusterGateway(
             gateway_spec(fleet.urls, extProc={"enabled": True}, scrape=slow), port=0, extproc_port=0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from collections import Counter
 from pathlib import Path
@@ -79,7 +80,8 @@ async def test_batch_fills_cheap_spot_while_interactive_keeps_its_ttft_target(tm
         rates = {cid: router.fleet.get(cid).models[MODEL].gpu_tokens_per_s for cid in ("cheap", "premium")}  # type: ignore[union-attr]
         assert 0 < rates["cheap"] < rates["premium"], rates
         # what kept interactive away: the loaded slow pod's predicted TTFT, well above the premium one's
-        assert max(predicted["cheap"]) > 2 * max(predicted["premium"]), predicted
+        # (medians: one report may carry a cold first measurement, e.g. a single slow prefill)
+        assert statistics.median(predicted["cheap"]) > 2 * statistics.median(predicted["premium"]), predicted
     finally:
         await cheap.stop()
         await premium.stop()

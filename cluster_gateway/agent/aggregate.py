@@ -29,12 +29,15 @@ requested name, folded under its base model like the catalogs' adapters) are ahe
 request: they add to `queued`, come off headroom_requests, and are spread evenly over the model's
 ready pods as extra requests ahead in each pod's TTFT estimate (the gateway hands them to whichever
 pod frees up first). Without this a cluster holding 50 requests would still advertise its pods' room.
+The queue's coarse level per name is part of `significant_state`, so its forming or clearing is
+reported early rather than at the next interval.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
@@ -309,13 +312,44 @@ def build_report(
     return report
 
 
+PodSignature = tuple[str, bool, bool, frozenset[str], frozenset[str]]
+
+# Lower bounds of the gateway queue's levels: 0, 1-3, 4-15, 16-63, 64+ held requests.
+GATEWAY_QUEUE_LEVELS = (1, 4, 16, 64)
+
+
+def gateway_queue_level(depth: int) -> int:
+    """A coarse level of a gateway queue's depth, for `significant_state`. Going from 0 to 1 matters
+    most (every pod of the model is saturated: the cluster has no room at all); beyond that the levels
+    grow by 4x, so a queue building up re-reports a few times as Tier 2's view of it goes stale by a
+    sizeable factor, while depth moving by ±1 inside a level (requests arriving and leaving at the
+    same pace) changes nothing. Jitter across a boundary is left to the agent's `min_early_gap_s`."""
+    return bisect_right(GATEWAY_QUEUE_LEVELS, depth)
+
+
+@dataclass(frozen=True, slots=True)
+class SignificantState:
+    """What changes Tier 2's decisions. `pods`: per pod, name / ready / saturated / served models /
+    which of them are adapters. `gateway_queue`: per requested name (model or adapter, as the gateway
+    queues them) the level of requests held in its admission queue, names with none left out."""
+
+    pods: frozenset[PodSignature]
+    gateway_queue: frozenset[tuple[str, int]] = frozenset()
+
+
 def significant_state(
-    pool: EndpointPool, saturation: Saturation, max_staleness_s: float, now: float | None = None
-) -> frozenset[tuple[str, bool, bool, frozenset[str], frozenset[str]]]:
-    """What changes Tier 2's decisions: per pod, ready / saturated / served models and which of them
-    are adapters. An agent sends an early report when this differs from the value at its last report."""
+    pool: EndpointPool,
+    saturation: Saturation,
+    max_staleness_s: float,
+    now: float | None = None,
+    *,
+    gateway_queued: Mapping[str, int] | None = None,
+) -> SignificantState:
+    """An agent sends an early report when this differs from the value at its last report.
+    `gateway_queued` is the admission queue's depth per requested name (as for `build_report`); it is
+    not folded under base models here, so a check stays cheap and needs no pod catalogs."""
     now = time.monotonic() if now is None else now
-    return frozenset(
+    pods = frozenset(
         (
             pod.name,
             ready := is_ready(pod, max_staleness_s, now),
@@ -325,6 +359,8 @@ def significant_state(
         )
         for pod in pool.pods()
     )
+    levels = ((name, gateway_queue_level(n)) for name, n in (gateway_queued or {}).items())
+    return SignificantState(pods, frozenset((name, lvl) for name, lvl in levels if lvl > 0))
 
 
 def _timestamp(unix_s: float) -> Timestamp:

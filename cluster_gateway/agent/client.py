@@ -2,10 +2,12 @@
 
 One bidirectional stream at a time. A report goes out on connect, then every report interval (the
 router's `report_interval_ms` directive overrides the configured one) and early when the pool
-changes in a way Tier 2 acts on (a pod turns ready/stale, saturation flips, served models change),
-checked every `check_interval_s`, at most one early report per `min_early_gap_s` (so a pod
-flapping around a threshold costs at most 4 reports a second). A lost stream is reopened with exponential backoff and jitter;
-a stream that stays silent (no directive) for several intervals counts as lost (half-open TCP).
+changes in a way Tier 2 acts on (a pod turns ready/stale, saturation flips, served models change,
+the gateway's admission queue for a name forms, clears or crosses a level: `gateway_queue_level`),
+checked every `check_interval_s`, at most one early report per `min_early_gap_s` (so a pod flapping
+around a threshold costs at most 4 reports a second). A lost stream is reopened with exponential
+backoff and jitter; a stream that stays silent (no directive) for several intervals counts as lost
+(half-open TCP).
 """
 
 from __future__ import annotations
@@ -28,7 +30,13 @@ from tenacity import (
     wait_random,
 )
 
-from cluster_gateway.agent.aggregate import build_report, default_saturation, gateway_url, significant_state
+from cluster_gateway.agent.aggregate import (
+    SignificantState,
+    build_report,
+    default_saturation,
+    gateway_url,
+    significant_state,
+)
 from cluster_gateway.agent.service_model import ServiceModel, service_model
 from cluster_gateway.pool import EndpointPool
 from common.config.gateway import GatewaySpec, Saturation
@@ -116,7 +124,7 @@ class CapacityAgent:
         self.sessions = 0  # streams the router acknowledged
         self.last_error: str | None = None
         self._seq = 0  # monotonic for the agent's lifetime, hence per stream too
-        self._last_signature: frozenset[object] | None = None
+        self._last_signature: SignificantState | None = None
         self._last_directive_at = 0.0
 
     # --- public ------------------------------------------------------------------
@@ -262,7 +270,7 @@ class CapacityAgent:
 
     async def _write_loop(self, call: grpc.aio.StreamStreamCall) -> None:
         max_staleness_s = self.spec.scrape.max_staleness_ms / 1000.0
-        await self._send(call, significant_state(self.pool, self.saturation, max_staleness_s))
+        await self._send(call, self._significant_state(max_staleness_s))
         sent_at = time.monotonic()
         self._last_directive_at = sent_at
         while True:
@@ -271,7 +279,7 @@ class CapacityAgent:
             silence = self._silence_timeout_s or max(5.0, 4 * self.interval_s)
             if now - self._last_directive_at > silence:
                 raise StreamLost(f"no directive from the router for {silence:.1f}s", established=False)
-            signature = significant_state(self.pool, self.saturation, max_staleness_s, now)
+            signature = self._significant_state(max_staleness_s, now)
             # a pod flapping around a threshold must not turn into a report every check
             changed = signature != self._last_signature and now - sent_at >= self.min_early_gap_s
             if changed or now - sent_at >= self.interval_s:
@@ -280,7 +288,11 @@ class CapacityAgent:
                 await self._send(call, signature)
                 sent_at = now
 
-    async def _send(self, call: grpc.aio.StreamStreamCall, signature: frozenset[object]) -> None:
+    def _significant_state(self, max_staleness_s: float, now: float | None = None) -> SignificantState:
+        queued = self._gateway_queued() if self._gateway_queued is not None else None
+        return significant_state(self.pool, self.saturation, max_staleness_s, now, gateway_queued=queued)
+
+    async def _send(self, call: grpc.aio.StreamStreamCall, signature: SignificantState) -> None:
         await call.write(self.report_now())
         self._last_signature = signature
         self.reports_sent += 1

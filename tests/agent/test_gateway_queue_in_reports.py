@@ -1,11 +1,18 @@
 """Requests held in the gateway's own admission queue are ahead of any new request: the report
-counts them in `queued`, takes them off headroom and raises the TTFT estimate (pure functions)."""
+counts them in `queued`, takes them off headroom and raises the TTFT estimate, and the queue forming,
+clearing or changing level is a significant change (pure functions)."""
 
 from __future__ import annotations
 
 import asyncio
+from itertools import pairwise
 
-from cluster_gateway.agent.aggregate import build_report, fold_gateway_queue
+from cluster_gateway.agent.aggregate import (
+    build_report,
+    fold_gateway_queue,
+    gateway_queue_level,
+    significant_state,
+)
 from cluster_gateway.pool import EndpointPool
 from cluster_gateway.proxy.admission import AdmissionQueue
 from common.config.gateway import Saturation
@@ -71,3 +78,31 @@ async def test_the_admission_queue_exposes_its_depth_per_requested_model() -> No
     q.notify()
     await asyncio.wait_for(asyncio.gather(*waiters), 2.0)
     assert q.depth_by_model() == {}
+
+
+def test_gateway_queue_levels_are_coarse_and_grow_by_four() -> None:
+    depths = [0, 1, 3, 4, 15, 16, 63, 64, 1000, -1]
+    assert [gateway_queue_level(d) for d in depths] == [0, 1, 1, 2, 2, 3, 3, 4, 4, 0]
+
+
+def test_a_gateway_queue_forming_or_clearing_is_significant_but_jitter_within_a_level_is_not() -> None:
+    pool = pool_of(waiting=6, running=40, kv=0.85)
+
+    def state(held: dict[str, int] | None) -> object:
+        return significant_state(pool, SAT, 1.0, gateway_queued=held)
+
+    idle = state(None)
+    assert state({}) == state({"base": 0}) == idle
+    forming = state({"base": 2})
+    assert forming != idle
+    assert state({"base": 1}) == state({"base": 3}) == forming  # ±1 within 1-3
+    assert state({"base": 2, "ad": 1}) != forming  # another name held too
+    assert state({"base": 4}) != forming
+    assert state({"base": 0}) == idle  # cleared
+
+
+def test_a_steadily_growing_gateway_queue_changes_the_state_once_per_level() -> None:
+    pool = pool_of(waiting=6, running=40, kv=0.85)
+    states = [significant_state(pool, SAT, 1.0, gateway_queued={"base": n}) for n in range(200)]
+    changes = sum(1 for a, b in pairwise(states) if a != b)
+    assert changes == 4  # 0→1, 3→4, 15→16, 63→64

@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from cluster_gateway.pool import EndpointPool
 from global_router.capacity_server import SERVICE_NAME, CapacityServer
-from global_router.fleet_view import MemoryFleetView
+from global_router.fleet_view import MemoryFleetView, ModelCapacity
 from tests.agent.pools import add_pod
 from tests.global_router.capacity.helpers import (
     running_agent,
@@ -70,6 +73,73 @@ async def test_significant_change_triggers_an_early_report() -> None:
             assert time.monotonic() - t0 < 3.0  # long before the 30 s interval
             assert fleet.get("c-a").seq > seq0  # type: ignore[union-attr]
             assert agent.early_reports >= 1
+
+
+@contextlib.asynccontextmanager
+async def fresh_scrapes(pool: EndpointPool, every_s: float = 0.2) -> AsyncIterator[None]:
+    """Re-records each pod's last metrics as just scraped, as the gateway's scraper would."""
+
+    async def rescrape() -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            for pod in pool.pods():
+                if pod.metrics is not None:
+                    pool.record_scrape(pod.name, replace(pod.metrics, scraped_at=time.monotonic()))
+
+    task = asyncio.create_task(rescrape())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_a_gateway_queue_forming_or_clearing_triggers_an_early_report() -> None:
+    held: dict[str, int] = {}
+    pool = sample_pool()
+    async with (
+        running_server(interval_ms=30_000) as (_, port, fleet),
+        fresh_scrapes(pool),  # the test outlasts maxStalenessMs: pods going stale would report early too
+        running_agent(port, pool, interval_ms=30_000, gateway_queued=lambda: dict(held)) as agent,
+    ):
+
+        def llama() -> ModelCapacity:
+            state = fleet.get("c-a")
+            assert state is not None
+            return state.models["llama"]
+
+        def seq() -> int:
+            state = fleet.get("c-a")
+            assert state is not None
+            return state.seq
+
+        await wait_for(lambda: fleet.get("c-a") is not None, what="first report")
+        on_pods = llama().queued
+
+        async def router_sees(queued: int, what: str) -> None:
+            t0 = time.monotonic()
+            await wait_for(lambda: llama().queued == queued, within=3.0, what=what)
+            assert time.monotonic() - t0 < 3.0  # long before the 30 s interval
+
+        held["llama"] = 2
+        await router_sees(on_pods + 2, "early report of the queue forming")
+        assert agent.early_reports == 1
+
+        seq0, sent0 = seq(), agent.reports_sent
+        for depth in (3, 2, 1, 2, 3, 2, 1, 3, 2, 2):  # ±1 within the 1-3 level, for ~1.5 s
+            held["llama"] = depth
+            await asyncio.sleep(0.15)
+        assert (seq(), agent.reports_sent, agent.early_reports) == (seq0, sent0, 1)
+
+        held["llama"] = 5  # a growing queue crosses into 4-15
+        await router_sees(on_pods + 5, "early report of the queue growing")
+        assert agent.early_reports == 2
+
+        del held["llama"]
+        await router_sees(on_pods, "early report of the queue clearing")
+        assert agent.early_reports == 3
+        assert agent.reports_sent == sent0 + 2
 
 
 async def test_drain_set_at_the_router_reaches_the_agent() -> None:

@@ -1,8 +1,10 @@
-"""What both tiers' bare ASGI apps share: an embedded uvicorn server and bounded body reading.
+"""What both tiers' bare ASGI apps share: an embedded uvicorn server, bounded body reading and
+cancelling a request's work when its client leaves.
 
 Both the cluster gateway and the global router run uvicorn inside their own event loop (the CLI,
-demo and tests own signals and the loop) and read request bodies with a hard size cap before any
-parsing, so these live once here instead of twice in each tier.
+demo and tests own signals and the loop), read request bodies with a hard size cap before any
+parsing, and stop upstream work as soon as the client disconnects, so these live once here
+instead of twice in each tier.
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import Awaitable, Callable, MutableMapping
-from contextlib import nullcontext
+from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
+from contextlib import nullcontext, suppress
 from typing import Any
 
 import uvicorn
@@ -97,3 +99,40 @@ async def read_body(receive: Receive, declared_length: str | None, max_bytes: in
 
 def body_too_large(max_bytes: int) -> OpenAIError:
     return OpenAIError(413, f"Request body exceeds {max_bytes} bytes.", code="request_too_large")
+
+
+async def run_until_disconnect(
+    work: Coroutine[Any, Any, None],
+    receive: Receive,
+    finished: Callable[[], bool] = lambda: False,
+) -> bool:
+    """Run `work` while watching `receive` for `http.disconnect`; True when the client left first.
+
+    A departure cancels the work (so the upstream request and its slot are released at once) unless
+    `finished()` says the response is already complete, in which case the work may end normally.
+    The work's own exception propagates, including one raised while it is being cancelled; a
+    watcher that fails counts as a departure. Cancelling the caller cancels both tasks.
+    """
+    work_task = asyncio.ensure_future(work)
+    watch_task = asyncio.ensure_future(_disconnected(receive))
+    try:
+        await asyncio.wait({work_task, watch_task}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        work_task.cancel()
+        watch_task.cancel()
+        raise
+    watch_task.cancel()
+    if work_task.done() or finished():
+        await work_task
+        return False
+    work_task.cancel()
+    with suppress(asyncio.CancelledError):
+        await work_task
+    return True
+
+
+async def _disconnected(receive: Receive) -> None:
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            return

@@ -9,7 +9,6 @@ Order per request: authenticate → read body (size cap) → validate → allow-
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -26,7 +25,7 @@ from opentelemetry import trace
 from opentelemetry.propagate import extract
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from common.asgi import ClientGone, read_body
+from common.asgi import ClientGone, read_body, run_until_disconnect
 from common.config.router import GlobalRouterConfig
 from common.errors import OpenAIError, error_body, not_found_model
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, parse_request
@@ -219,32 +218,17 @@ class CompletionHandler:
                 else (UPSTREAM_ERROR if delivery.status >= 500 or delivery.status == 429 else CLIENT_ERROR)
             )
 
-        async def watch() -> None:
-            while True:
-                msg = await receive()
-                if msg["type"] == "http.disconnect":
-                    return
-
-        work_task = asyncio.ensure_future(work())
-        watch_task = asyncio.ensure_future(watch())
         try:
-            await asyncio.wait({work_task, watch_task}, return_when=asyncio.FIRST_COMPLETED)
-            if not work_task.done():
-                work_task.cancel()
-            watch_task.cancel()
-            for t in (work_task, watch_task):
-                try:
-                    await t
-                except asyncio.CancelledError:
-                    pass
-                except OSError:  # the client went away while we were writing to it
-                    state["outcome"] = CANCELLED
-                except Exception:
-                    log.exception("forwarding failed")
-                    state["outcome"] = FAILED
-                    if not state["started"]:
-                        err = OpenAIError(500, "Internal error in the global router while forwarding.")
-                        await _send_json(send, 500, err.body_bytes(), admission.headers)
+            try:
+                await run_until_disconnect(work(), receive)  # a departure leaves the outcome CANCELLED
+            except OSError:  # the client went away while we were writing to it
+                state["outcome"] = CANCELLED
+            except Exception:
+                log.exception("forwarding failed")
+                state["outcome"] = FAILED
+                if not state["started"]:
+                    err = OpenAIError(500, "Internal error in the global router while forwarding.")
+                    await _send_json(send, 500, err.body_bytes(), admission.headers)
         finally:
             delivery: Delivery | None = state["delivery"]
             used = 0

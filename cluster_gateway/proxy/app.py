@@ -8,8 +8,6 @@ are observed directly so the pod's request is cancelled and its in-flight slot r
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
@@ -24,7 +22,7 @@ from cluster_gateway.proxy.dispatch import Dispatcher
 from cluster_gateway.proxy.forward import Forwarder, NoPodAnswered
 from cluster_gateway.proxy.headers import client_headers, upstream_request_headers
 from cluster_gateway.proxy.models_list import models_listing
-from common.asgi import ClientGone, read_body
+from common.asgi import ClientGone, read_body, run_until_disconnect
 from common.config.gateway import Proxy
 from common.errors import OpenAIError
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, ParsedRequest, parse_request
@@ -175,32 +173,11 @@ class ProxyApp:
             finally:
                 otel_context.detach(token)
 
-        async def watch() -> None:
-            while True:
-                msg = await receive()
-                if msg["type"] == "http.disconnect":
-                    return
-
-        work_task = asyncio.ensure_future(work())
-        watch_task = asyncio.ensure_future(watch())
-        try:
-            await asyncio.wait({work_task, watch_task}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            work_task.cancel()
-            watch_task.cancel()
-            raise
-        if work_task.done():
-            watch_task.cancel()
-            work_task.result()  # re-raise OpenAIError etc.
-            return
-        if state.done:  # the response finished as the client closed: nothing to cancel
-            await work_task
-            return
-        work_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await work_task
-        log.debug("client disconnected; request cancelled")
-        raise ClientGone
+        # OpenAIError etc. from the work propagate; a response that finished as the client closed
+        # is left to end normally (nothing to cancel).
+        if await run_until_disconnect(work(), receive, finished=lambda: state.done):
+            log.debug("client disconnected; request cancelled")
+            raise ClientGone
 
     # --- control endpoints ----------------------------------------------
     async def _models(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -42,6 +42,15 @@ async def running(source: KubernetesSource, pool: EndpointPool) -> AsyncIterator
             await task
 
 
+@contextlib.asynccontextmanager
+async def watching(apiserver: FakeApiServer, source: KubernetesSource) -> AsyncIterator[EndpointPool]:
+    """A pool fed by `source`, handed over once its watch is open (so the initial list is applied)."""
+    pool = EndpointPool()
+    async with running(source, pool):
+        await eventually(lambda: apiserver.open_watches == 1, 2.0, "watch start")
+        yield pool
+
+
 def _selector_source(api_client: client.ApiClient, port: int = 8000) -> KubernetesSource:
     cfg = KubernetesDiscovery(namespace="default", selector=LabelSelector(match_labels=APP), target_port=port)
     return KubernetesSource(cfg, api_client, timings=FAST)
@@ -56,9 +65,7 @@ async def test_only_ready_pods_with_ip_that_are_not_terminating_are_used(
     apiserver.put_pod(make_pod("terminating", "10.0.0.4", deleting=True, labels=APP))
     apiserver.put_pod(make_pod("other-app", "10.0.0.5", labels={"app": "other"}))
     apiserver.put_pod(make_pod("other-ns", "10.0.0.6", labels=APP, namespace="elsewhere"))
-    pool = EndpointPool()
-    async with running(_selector_source(api_client, port=8123), pool):
-        await eventually(lambda: len(apiserver.watch_requests()) == 1, 2.0, "watch start")
+    async with watching(apiserver, _selector_source(api_client, port=8123)) as pool:
         assert _names(pool) == {"ready"}
         ep = pool.pods()[0].endpoint
         assert (ep.address, ep.port, ep.engine) == ("10.0.0.1", 8123, "vllm")
@@ -72,9 +79,7 @@ async def test_membership_follows_add_delete_and_readiness_within_a_second(
     apiserver: FakeApiServer, api_client: client.ApiClient
 ) -> None:
     apiserver.put_pod(make_pod("a", "10.0.0.1", labels=APP))
-    pool = EndpointPool()
-    async with running(_selector_source(api_client), pool):
-        await eventually(lambda: apiserver.open_watches == 1, 2.0, "watch start")
+    async with watching(apiserver, _selector_source(api_client)) as pool:
         assert _names(pool) == {"a"}
 
         apiserver.put_pod(make_pod("b", "10.0.0.2", labels=APP))
@@ -99,10 +104,8 @@ async def test_unchanged_pod_updates_do_not_churn_the_pool(
     apiserver: FakeApiServer, api_client: client.ApiClient
 ) -> None:
     apiserver.put_pod(make_pod("a", "10.0.0.1", labels=APP))
-    pool = EndpointPool()
     source = _selector_source(api_client)
-    async with running(source, pool):
-        await eventually(lambda: apiserver.open_watches == 1, 2.0, "watch start")
+    async with watching(apiserver, source) as pool:
         version = pool.version
         pod = make_pod("a", "10.0.0.1", labels=APP)
         pod["status"]["conditions"].append({"type": "ContainersReady", "status": "True"})
@@ -117,9 +120,7 @@ async def test_dropped_watch_resumes_from_last_resource_version(
     apiserver: FakeApiServer, api_client: client.ApiClient
 ) -> None:
     apiserver.put_pod(make_pod("a", "10.0.0.1", labels=APP))
-    pool = EndpointPool()
-    async with running(_selector_source(api_client), pool):
-        await eventually(lambda: apiserver.open_watches == 1, 2.0, "watch start")
+    async with watching(apiserver, _selector_source(api_client)) as pool:
         apiserver.put_pod(make_pod("b", "10.0.0.2", labels=APP))
         await eventually(lambda: _names(pool) == {"a", "b"}, 1.0, "b joins")
         last_rv = apiserver.rv
@@ -144,10 +145,8 @@ async def test_dropped_watch_resumes_from_last_resource_version(
 async def test_changes_while_disconnected_are_replayed_on_resume(
     apiserver: FakeApiServer, api_client: client.ApiClient
 ) -> None:
-    pool = EndpointPool()
     apiserver.put_pod(make_pod("a", "10.0.0.1", labels=APP))
-    async with running(_selector_source(api_client), pool):
-        await eventually(lambda: apiserver.open_watches == 1, 2.0, "watch start")
+    async with watching(apiserver, _selector_source(api_client)) as pool:
         apiserver.fail_next = [503]  # the first reconnect fails; the retry must still resume, not relist
         apiserver.drop_watches(abrupt=True)
         apiserver.put_pod(make_pod("b", "10.0.0.2", labels=APP))  # happens while no watch is open
@@ -158,10 +157,8 @@ async def test_changes_while_disconnected_are_replayed_on_resume(
 async def test_gone_410_triggers_a_relist(apiserver: FakeApiServer, api_client: client.ApiClient) -> None:
     apiserver.put_pod(make_pod("a", "10.0.0.1", labels=APP))
     apiserver.put_pod(make_pod("b", "10.0.0.2", labels=APP))
-    pool = EndpointPool()
     source = _selector_source(api_client)
-    async with running(source, pool):
-        await eventually(lambda: apiserver.open_watches == 1, 2.0, "watch start")
+    async with watching(apiserver, source) as pool:
         assert _names(pool) == {"a", "b"}
         apiserver.drop_watches(abrupt=True)
         # While disconnected: history is compacted and the world changes.
@@ -250,9 +247,7 @@ async def test_large_pools_are_listed_in_pages(
     apiserver.put_pod(make_pod("unready", "10.0.1.1", ready=False, labels=APP))
     cfg = KubernetesDiscovery(selector=LabelSelector(match_labels=APP))
     source = KubernetesSource(cfg, api_client, timings=FAST, list_page_size=3)
-    pool = EndpointPool()
-    async with running(source, pool):
-        await eventually(lambda: apiserver.open_watches == 1, 2.0, "watch start")
+    async with watching(apiserver, source) as pool:
         assert _names(pool) == {f"p{i}" for i in range(7)}
         pages = apiserver.list_requests()
         assert [r.query.get("limit") for r in pages] == ["3", "3", "3"]
@@ -293,9 +288,7 @@ async def test_watch_error_event_resumes_without_relisting(
     apiserver: FakeApiServer, api_client: client.ApiClient
 ) -> None:
     apiserver.put_pod(make_pod("a", "10.0.0.1", labels=APP))
-    pool = EndpointPool()
-    async with running(_selector_source(api_client), pool):
-        await eventually(lambda: apiserver.open_watches == 1, 2.0, "watch start")
+    async with watching(apiserver, _selector_source(api_client)) as pool:
         rv = apiserver.rv
         assert apiserver.watch_error(500) == 1  # e.g. "etcdserver: leader changed"
         await eventually(lambda: len(apiserver.watch_requests()) == 2, 2.0, "watch reopened")

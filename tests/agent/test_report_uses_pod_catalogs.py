@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from cluster_gateway.agent.aggregate import build_report, significant_state
-from cluster_gateway.metrics.scraper import Scraper
-from cluster_gateway.pool import Endpoint, EndpointPool
-from common.config.gateway import Saturation, Scrape
+from cluster_gateway.pool import EndpointPool
+from common.config.gateway import Saturation
 from common.proto.fleetgate.v1 import capacity_pb2
 from tests.agent.pools import add_pod, make_spec
+from tests.cluster_gateway.metrics.sim_pool import read_pods_once, sim_pool
 
 fleet_mod = pytest.importorskip("modelsim.fleet")
 
@@ -32,16 +32,8 @@ async def test_report_from_simulated_pods_names_base_models_and_adapters_exactly
         fleet_mod.PodSpec(profile="tiny", model="qwen", metrics_format="tgi"),
     ]
     async with fleet_mod.SimFleet(specs) as fleet:
-        pool = EndpointPool()
-        pool.set_endpoints(
-            Endpoint(name=f"sim-{i}", address="127.0.0.1", port=pod.port) for i, pod in enumerate(fleet.pods)
-        )
-        scraper = Scraper(pool, Scrape(timeout_ms=2000))
-        try:
-            await scraper.refresh_models_once()
-            await scraper.scrape_once()
-        finally:
-            await scraper.aclose()
+        pool = sim_pool(fleet)
+        await read_pods_once(pool, metrics=True)
         report = build_report(make_spec(), pool, 1, SAT)
 
     m = by_model(report)

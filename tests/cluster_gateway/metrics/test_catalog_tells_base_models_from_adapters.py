@@ -7,12 +7,11 @@ import json
 
 import pytest
 
-from cluster_gateway.metrics.scraper import Scraper
 from cluster_gateway.metrics.served_models import parse_models_list, parse_tgi_info
 from cluster_gateway.pool import Endpoint, EndpointPool, PodState
-from common.config.gateway import Scrape
 
 from .fake_pods import FakePod, running
+from .sim_pool import read_pods_once, sim_pool
 
 fleet_mod = pytest.importorskip("modelsim.fleet")
 
@@ -31,15 +30,8 @@ async def test_catalog_is_parsed_from_simulated_pods_model_lists() -> None:
         fleet_mod.PodSpec(profile="tiny", model="mistral", metrics_format="tgi"),
     ]
     async with fleet_mod.SimFleet(specs) as fleet:
-        pool = EndpointPool()
-        pool.set_endpoints(
-            Endpoint(name=f"sim-{i}", address="127.0.0.1", port=pod.port) for i, pod in enumerate(fleet.pods)
-        )
-        scraper = Scraper(pool, Scrape(timeout_ms=2000))
-        try:
-            await scraper.refresh_models_once()
-        finally:
-            await scraper.aclose()
+        pool = sim_pool(fleet)
+        await read_pods_once(pool)
 
     a, b, q, t = (_state(pool, f"sim-{i}") for i in range(4))
     assert a.catalog_exact and a.base_models == {"llama"} and a.adapters == {"sql-lora", "chat-lora"}
@@ -65,11 +57,7 @@ async def test_lists_without_parent_info_and_tgi_info_fall_back_sensibly() -> No
     ) as pods:
         pool = EndpointPool()
         pool.set_endpoints(p.endpoint() for p in pods)
-        scraper = Scraper(pool, Scrape(timeout_ms=2000))
-        try:
-            await scraper.refresh_models_once()
-        finally:
-            await scraper.aclose()
+        await read_pods_once(pool)
 
     names, single, tgi = (_state(pool, n) for n in ("names", "single", "tgi"))
     assert not names.catalog_exact and names.base_models == {"llama", "sql-lora"} and not names.adapters

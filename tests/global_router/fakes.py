@@ -11,6 +11,8 @@ from typing import Any
 import msgspec
 import uvicorn
 
+from tests.asgi_fakes import read_request_body
+
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
@@ -46,12 +48,7 @@ class FakeGateway:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        body = await read_request_body(receive)
         self.requests.append({k.decode(): v.decode() for k, v in scope["headers"]})
         doc = msgspec.json.decode(body) if body else {}
         self.bodies.append(doc)

@@ -16,6 +16,7 @@ from cluster_gateway.gateway import ClusterGateway
 from common.config.gateway import GatewaySpec
 from common.config.loader import load_config_data
 from common.telemetry import setup_tracing
+from tests.asgi_fakes import read_request_body
 
 MODEL = "m-1"
 METRICS = (
@@ -37,12 +38,7 @@ class CapturingPod:
     ) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        body = await read_request_body(receive)
         path = scope["path"]
         if path == "/metrics":
             out, ctype = METRICS, b"text/plain"

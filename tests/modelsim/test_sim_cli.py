@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import re
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -14,23 +12,12 @@ import pytest
 
 from common.config.loader import ConfigError
 from modelsim.cli import add_arguments, build_specs
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _sim(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "fleetgate.cli", "sim", *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+from tests.fleetgate_process import fleetgate
 
 
 def test_serves_pods_logs_addresses_and_stops_on_sigterm() -> None:
-    proc = _sim("--pods", "2", "--base-port", "0", "--profile", "tiny", "--adapters", "x",
-                "--fault", "1:crash", "--metrics-format", "sglang")  # fmt: skip
+    proc = fleetgate("sim", "--pods", "2", "--base-port", "0", "--profile", "tiny", "--adapters", "x",
+                     "--fault", "1:crash", "--metrics-format", "sglang")  # fmt: skip
     try:
         assert proc.stdout is not None
         lines = [proc.stdout.readline() for _ in range(2)]
@@ -52,13 +39,13 @@ def test_serves_pods_logs_addresses_and_stops_on_sigterm() -> None:
 def test_bad_pod_spec_file_names_the_field(tmp_path: Path) -> None:
     spec = tmp_path / "pods.yaml"
     spec.write_text("pods:\n  - profile: tiny\n    maxLora: many\n")
-    proc = _sim("--pod-spec", str(spec), "--base-port", "0")
+    proc = fleetgate("sim", "--pod-spec", str(spec), "--base-port", "0")
     _, err = proc.communicate(timeout=20)
     assert proc.returncode != 0
     assert "pods[0].maxLora" in err
 
     spec.write_text("pods:\n  - profile: warp-drive\n")
-    proc = _sim("--pod-spec", str(spec), "--base-port", "0")
+    proc = fleetgate("sim", "--pod-spec", str(spec), "--base-port", "0")
     _, err = proc.communicate(timeout=20)
     assert proc.returncode != 0 and "warp-drive" in err
 
@@ -70,7 +57,7 @@ def test_heterogeneous_pod_spec_file(tmp_path: Path) -> None:
         "  - {profile: tiny, replicas: 2, adapters: [a], preloadAdapters: [a]}\n"
         "  - {profile: tiny, metricsFormat: tgi, model: other-model}\n"
     )
-    proc = _sim("--pod-spec", str(spec), "--base-port", "0")
+    proc = fleetgate("sim", "--pod-spec", str(spec), "--base-port", "0")
     try:
         assert proc.stdout is not None
         lines = [proc.stdout.readline() for _ in range(3)]

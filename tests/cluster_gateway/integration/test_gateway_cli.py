@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,21 +12,9 @@ import httpx
 import pytest
 
 from modelsim.fleet import PodSpec, SimFleet
+from tests.fleetgate_process import fleetgate
 
 from .conftest import chat
-
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def fleetgate(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "fleetgate", "gateway", *args],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
 
 
 @pytest.fixture
@@ -43,20 +28,20 @@ def sim() -> Iterator[SimFleet]:
 def test_bad_config_exits_2_naming_the_field(tmp_path: Path) -> None:
     cfg = tmp_path / "gw.yaml"
     cfg.write_text("discovery:\n  static:\n    endpoints: [http://127.0.0.1:9]\nproxy:\n  maxAttempts: 99\n")
-    p = fleetgate("--config", str(cfg))
+    p = fleetgate("gateway", "--config", str(cfg))
     _out, err = p.communicate(timeout=30)
     assert p.returncode == 2
     assert "proxy.maxAttempts" in err
-    missing = fleetgate("--config", str(tmp_path / "nope.yaml"))
+    missing = fleetgate("gateway", "--config", str(tmp_path / "nope.yaml"))
     _out, err = missing.communicate(timeout=30)
     assert missing.returncode == 2 and "cannot read config file" in err
-    neither = fleetgate()
+    neither = fleetgate("gateway")
     _out, err = neither.communicate(timeout=30)
     assert neither.returncode == 2 and "--pods" in err
 
 
 def test_serves_logs_addresses_and_stops_on_sigterm(sim: SimFleet) -> None:
-    p = fleetgate("--pods", ",".join(sim.urls), "--port", "0", "--extproc-port", "0")
+    p = fleetgate("gateway", "--pods", ",".join(sim.urls), "--port", "0", "--extproc-port", "0")
     try:
         assert p.stderr is not None
         lines: list[str] = []

@@ -21,9 +21,7 @@ import argparse
 import asyncio
 import contextlib
 import re
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -442,37 +440,17 @@ async def section_ratelimit(quick: bool, plot_dir: Path | None = None, stem: str
 
 @contextlib.contextmanager
 def redis_server() -> Iterator[str | None]:
-    exe = shutil.which("redis-server")
-    if exe is None:
-        yield None
-        return
-    port = procs.free_port()
+    """A throwaway redis-server's URL, or None when redis-server is not installed."""
     with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.Popen(
-            [
-                exe,
-                "--port",
-                str(port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                tmp,
-            ],
-            stdout=subprocess.DEVNULL,
-        )
         try:
-            for _ in range(100):
-                with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-                time.sleep(0.05)
-            yield f"redis://127.0.0.1:{port}/0"
+            srv = procs.start_redis(Path(tmp))
+        except FileNotFoundError:
+            yield None
+            return
+        try:
+            yield srv.url
         finally:
-            proc.terminate()
-            proc.wait(10)
+            srv.stop()
 
 
 async def section_cost(quick: bool, plot_dir: Path | None = None, stem: str = "global") -> list[Row]:
@@ -489,14 +467,10 @@ SECTIONS = {
 }
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def table(rows: Sequence[Row]) -> str:
-    out = ["| section | metric | value | note |", "| --- | --- | --- | --- |"]
-    out += [f"| {r.section} | {_cell(r.metric)} | {_cell(r.value)} | {_cell(r.note)} |" for r in rows]
-    return "\n".join(out)
+    return report.markdown_table(
+        ["section", "metric", "value", "note"], ([r.section, r.metric, r.value, r.note] for r in rows)
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

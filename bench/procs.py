@@ -1,7 +1,8 @@
-"""Process plumbing shared by the benches: every server runs as its own `python -m fleetgate` process.
+"""Process plumbing shared by the benches: every server runs as its own `python -m fleetgate` process
+(and Redis as a redis-server process).
 
-One copy of the helpers that global_bench, proxy_overhead and routing used to carry each, so a fix to
-how a bench starts, reads, waits for or stops a server reaches every bench.
+One copy of the helpers that global_bench, proxy_overhead, routing and the tests' Redis fixture used
+to carry each, so a fix to how a bench starts, reads, waits for or stops a server reaches every bench.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -110,3 +112,43 @@ def wait_http(
                 return
         time.sleep(0.1)
     raise RuntimeError(f"{url} not ready after {timeout_s}s")
+
+
+class RedisServer:
+    """A redis-server process on loopback, persistence off (tests and the ratelimit bench)."""
+
+    def __init__(self, port: int, proc: subprocess.Popen[bytes]) -> None:
+        self.port = port
+        self.proc = proc
+        self.url = f"redis://127.0.0.1:{port}/0"
+
+    def stop(self) -> None:
+        stop(self.proc)
+
+
+def start_redis(data_dir: Path, port: int | None = None, timeout_s: float = 10.0) -> RedisServer:
+    """Start redis-server on loopback (on `port`, e.g. to restart one on the same address) and wait
+    until it accepts connections.
+
+    Raises FileNotFoundError when redis-server is not installed (callers skip), RuntimeError when it
+    exits or does not accept within `timeout_s`.
+    """
+    exe = shutil.which("redis-server")
+    if exe is None:
+        raise FileNotFoundError("redis-server not installed")
+    port = port or free_port()
+    argv = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    proc = subprocess.Popen(
+        [*argv, "--dir", str(data_dir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return RedisServer(port, proc)
+        except OSError:
+            time.sleep(0.05)
+    stop(proc, signal.SIGKILL)
+    raise RuntimeError(
+        f"redis-server did not accept connections on port {port} (exit code {proc.returncode})"
+    )

@@ -19,7 +19,7 @@ import multiprocessing
 import random
 import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any
 
@@ -37,6 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
+from bench import report
 from cluster_gateway.metrics.scraper import Scraper
 from cluster_gateway.pool import Endpoint, EndpointPool
 from common.config.gateway import Scrape
@@ -63,6 +64,23 @@ _TTFT_BUCKETS += (1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560
 _ITL_BUCKETS: tuple[float, ...] = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0)
 _ITL_BUCKETS += (2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
 _ITERATION_BUCKETS = (1, 8, 16, 24, 32, 40, 48, 56, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+# vLLM's help text for each histogram it exports (v1 engine)
+_HISTOGRAM_HELP = {
+    "vllm:iteration_tokens_total": "Histogram of number of tokens per engine_step.",
+    "vllm:time_to_first_token_seconds": "Histogram of time to first token in seconds.",
+    "vllm:time_per_output_token_seconds": "Histogram of time per output token in seconds.",
+    "vllm:inter_token_latency_seconds": "Histogram of inter-token latency in seconds.",
+    "vllm:e2e_request_latency_seconds": "Histogram of e2e request latency in seconds.",
+    "vllm:request_queue_time_seconds": "Histogram of time spent in WAITING phase for request.",
+    "vllm:request_inference_time_seconds": "Histogram of time spent in RUNNING phase for request.",
+    "vllm:request_prefill_time_seconds": "Histogram of time spent in PREFILL phase for request.",
+    "vllm:request_decode_time_seconds": "Histogram of time spent in DECODE phase for request.",
+    "vllm:request_prompt_tokens": "Number of prefill tokens processed.",
+    "vllm:request_generation_tokens": "Number of generation tokens processed.",
+    "vllm:request_max_num_generation_tokens": "Histogram of maximum number of requested generation tokens.",
+    "vllm:request_params_n": "Histogram of the n request parameter.",
+    "vllm:request_params_max_tokens": "Histogram of the max_tokens request parameter.",
+}
 
 
 def _one_two_five(limit: int) -> list[float]:
@@ -131,149 +149,28 @@ def vllm_metrics_body(
         [*lbl, "finished_reason"],
         registry=reg,
     )
-    tok_buckets = _one_two_five(max_model_len)
-    hists: dict[str, tuple[Histogram, Callable[[], float]]] = {
-        "iter": (
-            Histogram(
-                "vllm:iteration_tokens_total",
-                "Histogram of number of tokens per engine_step.",
-                lbl,
-                buckets=_ITERATION_BUCKETS,
-                registry=reg,
-            ),
-            lambda: rng.randint(1, 4096),
-        ),
-        "ttft": (
-            Histogram(
-                "vllm:time_to_first_token_seconds",
-                "Histogram of time to first token in seconds.",
-                lbl,
-                buckets=_TTFT_BUCKETS,
-                registry=reg,
-            ),
-            lambda: rng.lognormvariate(-2.5, 1.0),
-        ),
-        "tpot": (
-            Histogram(
-                "vllm:time_per_output_token_seconds",
-                "Histogram of time per output token in seconds.",
-                lbl,
-                buckets=_ITL_BUCKETS,
-                registry=reg,
-            ),
-            lambda: rng.lognormvariate(-4.0, 0.5),
-        ),
-        "itl": (
-            Histogram(
-                "vllm:inter_token_latency_seconds",
-                "Histogram of inter-token latency in seconds.",
-                lbl,
-                buckets=_ITL_BUCKETS,
-                registry=reg,
-            ),
-            lambda: rng.lognormvariate(-4.0, 0.5),
-        ),
-        "e2e": (
-            Histogram(
-                "vllm:e2e_request_latency_seconds",
-                "Histogram of e2e request latency in seconds.",
-                lbl,
-                buckets=_LATENCY_BUCKETS,
-                registry=reg,
-            ),
-            lambda: rng.lognormvariate(1.0, 0.8),
-        ),
-        "queue": (
-            Histogram(
-                "vllm:request_queue_time_seconds",
-                "Histogram of time spent in WAITING phase for request.",
-                lbl,
-                buckets=_LATENCY_BUCKETS,
-                registry=reg,
-            ),
-            lambda: rng.expovariate(5.0),
-        ),
-        "infer": (
-            Histogram(
-                "vllm:request_inference_time_seconds",
-                "Histogram of time spent in RUNNING phase for request.",
-                lbl,
-                buckets=_LATENCY_BUCKETS,
-                registry=reg,
-            ),
-            lambda: rng.lognormvariate(1.0, 0.7),
-        ),
-        "prefill": (
-            Histogram(
-                "vllm:request_prefill_time_seconds",
-                "Histogram of time spent in PREFILL phase for request.",
-                lbl,
-                buckets=_LATENCY_BUCKETS,
-                registry=reg,
-            ),
-            lambda: rng.expovariate(10.0),
-        ),
-        "decode": (
-            Histogram(
-                "vllm:request_decode_time_seconds",
-                "Histogram of time spent in DECODE phase for request.",
-                lbl,
-                buckets=_LATENCY_BUCKETS,
-                registry=reg,
-            ),
-            lambda: rng.lognormvariate(1.0, 0.7),
-        ),
-        "ptok": (
-            Histogram(
-                "vllm:request_prompt_tokens",
-                "Number of prefill tokens processed.",
-                lbl,
-                buckets=tok_buckets,
-                registry=reg,
-            ),
-            lambda: rng.randint(16, max_model_len // 2),
-        ),
-        "gtok": (
-            Histogram(
-                "vllm:request_generation_tokens",
-                "Number of generation tokens processed.",
-                lbl,
-                buckets=tok_buckets,
-                registry=reg,
-            ),
-            lambda: rng.randint(1, 1024),
-        ),
-        "maxgen": (
-            Histogram(
-                "vllm:request_max_num_generation_tokens",
-                "Histogram of maximum number of requested generation tokens.",
-                lbl,
-                buckets=tok_buckets,
-                registry=reg,
-            ),
-            lambda: rng.choice((256, 512, 1024, 2048)),
-        ),
-        "n": (
-            Histogram(
-                "vllm:request_params_n",
-                "Histogram of the n request parameter.",
-                lbl,
-                buckets=(1, 2, 5, 10, 20),
-                registry=reg,
-            ),
-            lambda: 1,
-        ),
-        "maxtok": (
-            Histogram(
-                "vllm:request_params_max_tokens",
-                "Histogram of the max_tokens request parameter.",
-                lbl,
-                buckets=tok_buckets,
-                registry=reg,
-            ),
-            lambda: rng.choice((256, 512, 1024, 2048)),
-        ),
+    tok = _one_two_five(max_model_len)
+    # name -> (buckets, how one request's value is drawn); registered in vLLM's order
+    layout: dict[str, tuple[Sequence[float], Callable[[], float]]] = {
+        "vllm:iteration_tokens_total": (_ITERATION_BUCKETS, lambda: rng.randint(1, 4096)),
+        "vllm:time_to_first_token_seconds": (_TTFT_BUCKETS, lambda: rng.lognormvariate(-2.5, 1.0)),
+        "vllm:time_per_output_token_seconds": (_ITL_BUCKETS, lambda: rng.lognormvariate(-4.0, 0.5)),
+        "vllm:inter_token_latency_seconds": (_ITL_BUCKETS, lambda: rng.lognormvariate(-4.0, 0.5)),
+        "vllm:e2e_request_latency_seconds": (_LATENCY_BUCKETS, lambda: rng.lognormvariate(1.0, 0.8)),
+        "vllm:request_queue_time_seconds": (_LATENCY_BUCKETS, lambda: rng.expovariate(5.0)),
+        "vllm:request_inference_time_seconds": (_LATENCY_BUCKETS, lambda: rng.lognormvariate(1.0, 0.7)),
+        "vllm:request_prefill_time_seconds": (_LATENCY_BUCKETS, lambda: rng.expovariate(10.0)),
+        "vllm:request_decode_time_seconds": (_LATENCY_BUCKETS, lambda: rng.lognormvariate(1.0, 0.7)),
+        "vllm:request_prompt_tokens": (tok, lambda: rng.randint(16, max_model_len // 2)),
+        "vllm:request_generation_tokens": (tok, lambda: rng.randint(1, 1024)),
+        "vllm:request_max_num_generation_tokens": (tok, lambda: rng.choice((256, 512, 1024, 2048))),
+        "vllm:request_params_n": ((1, 2, 5, 10, 20), lambda: 1),
+        "vllm:request_params_max_tokens": (tok, lambda: rng.choice((256, 512, 1024, 2048))),
     }
+    hists = [
+        (Histogram(name, _HISTOGRAM_HELP[name], lbl, buckets=buckets, registry=reg), draw)
+        for name, (buckets, draw) in layout.items()
+    ]
     # vLLM registers these two last (LoRA stats and the engine's cache config at start-up).
     lora = Gauge(
         "vllm:lora_requests_info",
@@ -325,7 +222,7 @@ def vllm_metrics_body(
                 c.labels(**key).inc(rng.randint(0, 1_000_000))
             for reason in ("stop", "length", "abort"):
                 success.labels(**key, finished_reason=reason).inc(rng.randint(0, 10_000))
-            for hist, draw in hists.values():
+            for hist, draw in hists:
                 child = hist.labels(**key)
                 for _ in range(observations // 10):
                     child.observe(draw())
@@ -437,6 +334,21 @@ def run_scrapes(pods: int, seconds: float) -> list[tuple[str, float, float]]:
         child.join(10)
 
 
+def parse_table(rows: list[tuple[str, int, int, float, float]]) -> str:
+    header = ["body", "KB", "lines", "targeted µs/parse", "prometheus_client full µs/parse", "speed-up"]
+    cells = [
+        [label, f"{size / 1024:.1f}", str(lines), f"{targeted:.1f}", f"{full:.0f}", f"{full / targeted:.0f}x"]
+        for label, size, lines, targeted, full in rows
+    ]
+    return report.markdown_table(header, cells, right={1, 2, 3, 4, 5})
+
+
+def scrape_table(rows: list[tuple[str, float, float]]) -> str:
+    header = ["client", "scrapes/s", "CPU µs/scrape", "CPU share of one core"]
+    cells = [[label, f"{rate:.0f}", f"{cpu:.0f}", f"{rate * cpu / 1e4:.0f}%"] for label, rate, cpu in rows]
+    return report.markdown_table(header, cells, right={1, 2, 3})
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--engines", type=int, default=2, help="data-parallel engines in the large body")
@@ -450,18 +362,10 @@ def main(argv: list[str] | None = None) -> int:
         args.rounds, args.seconds = min(args.rounds, 300), min(args.seconds, 1.0)
     rows = run(args.engines, args.models, args.rounds)
     print(f"wanted: {len(GATEWAY_WANTED)} metric names ({', '.join(sorted(GATEWAY_WANTED))})\n")
-    print("| body | KB | lines | targeted µs/parse | prometheus_client full µs/parse | speed-up |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    for label, size, lines, targeted, full in rows:
-        print(
-            f"| {label} | {size / 1024:.1f} | {lines} | {targeted:.1f} | {full:.0f} | {full / targeted:.0f}x |"
-        )
+    print(parse_table(rows))
     if args.pods > 0:
         print(f"\nwhole scrapes (fetch + parse + map) of {args.pods} pods every 100 ms, 42 KB vLLM body\n")
-        print("| client | scrapes/s | CPU µs/scrape | CPU share of one core |")
-        print("| --- | ---: | ---: | ---: |")
-        for label, rate, cpu_us in run_scrapes(args.pods, args.seconds):
-            print(f"| {label} | {rate:.0f} | {cpu_us:.0f} | {rate * cpu_us / 1e4:.0f}% |")
+        print(scrape_table(run_scrapes(args.pods, args.seconds)))
     return 0
 
 

@@ -68,6 +68,11 @@ class Row:
     note: str = ""
 
 
+def sample_row(section: str, what: str, seconds: Sequence[float], note: str = "") -> Row:
+    """A row of a latency sample's p50 and p99, in ms."""
+    return Row(section, what, pct(seconds, 50) * 1e3, pct(seconds, 99) * 1e3, note)
+
+
 @contextlib.contextmanager
 def processes(pods: int) -> Any:
     sim = procs.spawn(
@@ -140,33 +145,49 @@ async def timed_request(c: httpx.AsyncClient, url: str, stream: bool) -> float:
     raise RuntimeError("empty stream")
 
 
+async def alternate(
+    c: httpx.AsyncClient, pods: list[str], url: str, stream: bool, n: int
+) -> tuple[list[float], list[float]]:
+    """(direct, via `url`) latencies of `n` requests each, alternating so both see the same load.
+
+    Both paths' connections are warmed first, so no connection set-up lands in either sample.
+    """
+    for _ in range(20):
+        await timed_request(c, url, stream)
+        await timed_request(c, pods[0], stream)
+    direct, via = [], []
+    for i in range(n):
+        direct.append(await timed_request(c, pods[i % len(pods)], stream))
+        via.append(await timed_request(c, url, stream))
+    return direct, via
+
+
+def added_row(section: str, what: str, direct: list[float], via: list[float], note: str) -> Row:
+    """What the hop adds at p50 and p99: the via-path percentile minus the direct one."""
+    return Row(
+        section,
+        what,
+        (pct(via, 50) - pct(direct, 50)) * 1e3,
+        (pct(via, 99) - pct(direct, 99)) * 1e3,
+        note,
+    )
+
+
+def stream_label(stream: bool) -> str:
+    return "streaming TTFB" if stream else "non-streaming"
+
+
 async def added_latency(pods: list[str], gw: str, n: int, samples: Samples | None = None) -> list[Row]:
     rows = []
     async with httpx.AsyncClient(timeout=30) as c:
         for stream in (False, True):
-            for _ in range(20):  # warm connections on both paths
-                await timed_request(c, gw, stream)
-                await timed_request(c, pods[0], stream)
-            direct, via = [], []
-            for i in range(n):
-                direct.append(await timed_request(c, pods[i % len(pods)], stream))
-                via.append(await timed_request(c, gw, stream))
-            label = "streaming TTFB" if stream else "non-streaming"
+            direct, via = await alternate(c, pods, gw, stream, n)
+            label = stream_label(stream)
             _keep(samples, label, "direct to pod", direct)
             _keep(samples, label, "via gateway", via)
-            rows.append(
-                Row("latency", f"{label}: direct to pod", pct(direct, 50) * 1e3, pct(direct, 99) * 1e3)
-            )
-            rows.append(Row("latency", f"{label}: via gateway", pct(via, 50) * 1e3, pct(via, 99) * 1e3))
-            rows.append(
-                Row(
-                    "latency",
-                    f"{label}: ADDED by gateway",
-                    (pct(via, 50) - pct(direct, 50)) * 1e3,
-                    (pct(via, 99) - pct(direct, 99)) * 1e3,
-                    f"n={n} sequential",
-                )
-            )
+            rows.append(sample_row("latency", f"{label}: direct to pod", direct))
+            rows.append(sample_row("latency", f"{label}: via gateway", via))
+            rows.append(added_row("latency", f"{label}: ADDED by gateway", direct, via, f"n={n} sequential"))
     return rows
 
 
@@ -212,7 +233,7 @@ async def throughput(pods: list[str], gw: str, gw_pid: int, concurrency: int, se
         if targets == [gw]:
             per_req_ms = (cpu_seconds(gw_pid) - cpu0) / max(1, len(lat)) * 1e3
             note += f"; gateway CPU {per_req_ms:.2f} ms/request (~{1000 / max(per_req_ms, 1e-3):,.0f} req/s per core)"
-        rows.append(Row("throughput", name, pct(lat, 50) * 1e3, pct(lat, 99) * 1e3, note))
+        rows.append(sample_row("throughput", name, lat, note))
     return rows
 
 
@@ -240,15 +261,8 @@ async def burst(pods: list[str], gw: str, n: int) -> list[Row]:
             wall = time.perf_counter() - t0
             lat = [d for d, _ in results]
             errors = sum(1 for _, ok in results if not ok)
-            rows.append(
-                Row(
-                    "burst",
-                    f"{n} concurrent requests, {name}",
-                    pct(lat, 50) * 1e3,
-                    pct(lat, 99) * 1e3,
-                    f"{n - errors} ok, {errors} failed, all done in {wall:.1f} s",
-                )
-            )
+            note = f"{n - errors} ok, {errors} failed, all done in {wall:.1f} s"
+            rows.append(sample_row("burst", f"{n} concurrent requests, {name}", lat, note))
     return rows
 
 
@@ -293,15 +307,8 @@ async def extproc_pick(port: int, n: int) -> list[Row]:
         for _ in range(20):
             await one()
         out = [await one() for _ in range(n)]
-    return [
-        Row(
-            "ext_proc",
-            "pick round trip (headers+body → destination)",
-            pct(out, 50) * 1e3,
-            pct(out, 99) * 1e3,
-            f"n={n} sequential, gRPC client as Envoy",
-        )
-    ]
+    what = "pick round trip (headers+body → destination)"
+    return [sample_row("ext_proc", what, out, f"n={n} sequential, gRPC client as Envoy")]
 
 
 async def via_envoy(pods: list[str], extproc_port: int, n: int, samples: Samples | None = None) -> list[Row]:
@@ -332,23 +339,11 @@ async def via_envoy(pods: list[str], extproc_port: int, n: int, samples: Samples
                 url = f"http://127.0.0.1:{listen}"
                 rows = []
                 for stream in (False, True):
-                    for _ in range(20):
-                        await timed_request(c, url, stream)
-                    direct, via = [], []
-                    for i in range(n):
-                        direct.append(await timed_request(c, pods[i % len(pods)], stream))
-                        via.append(await timed_request(c, url, stream))
-                    label = "streaming TTFB" if stream else "non-streaming"
+                    direct, via = await alternate(c, pods, url, stream, n)
+                    label = stream_label(stream)
                     _keep(samples, label, "via Envoy + picker", via)
-                    rows.append(
-                        Row(
-                            "ext_proc",
-                            f"{label}: ADDED by Envoy + picker",
-                            (pct(via, 50) - pct(direct, 50)) * 1e3,
-                            (pct(via, 99) - pct(direct, 99)) * 1e3,
-                            f"n={n}; via Envoy p50 {pct(via, 50) * 1e3:.2f} ms",
-                        )
-                    )
+                    note = f"n={n}; via Envoy p50 {pct(via, 50) * 1e3:.2f} ms"
+                    rows.append(added_row("ext_proc", f"{label}: ADDED by Envoy + picker", direct, via, note))
                 return rows
         finally:
             proc.terminate()
@@ -409,23 +404,17 @@ async def frameworks(n: int) -> list[Row]:
                 lat.append(time.perf_counter() - t0)
         server.should_exit = True
         await task
-        rows.append(
-            Row(
-                "framework",
-                f"{name}: JSON POST round trip",
-                pct(lat, 50) * 1e3,
-                pct(lat, 99) * 1e3,
-                f"n={n}, client and server in one process",
-            )
-        )
+        note = f"n={n}, client and server in one process"
+        rows.append(sample_row("framework", f"{name}: JSON POST round trip", lat, note))
     return rows
 
 
 def table(rows: Sequence[Row]) -> str:
-    lines = ["| section | measurement | p50 ms | p99 ms | notes |", "| --- | --- | ---: | ---: | --- |"]
-    for r in rows:
-        lines.append(f"| {r.section} | {r.what} | {r.p50_ms:.2f} | {r.p99_ms:.2f} | {r.note} |")
-    return "\n".join(lines)
+    return report.markdown_table(
+        ["section", "measurement", "p50 ms", "p99 ms", "notes"],
+        ([r.section, r.what, f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}", r.note] for r in rows),
+        right={2, 3},
+    )
 
 
 async def run(quick: bool, samples: Samples | None = None) -> list[Row]:

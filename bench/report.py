@@ -14,7 +14,7 @@ import os
 import platform
 import shlex
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -57,6 +57,19 @@ def write_results(path: Path, name: str, command: Sequence[str], table: str) -> 
     tmp = path.with_suffix(".md.tmp")
     tmp.write_text(results_header(name, command) + table + "\n", encoding="utf-8")
     tmp.replace(path)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]], right: Collection[int] = ()) -> str:
+    """A markdown table; columns whose index is in `right` are right-aligned (numbers).
+
+    Cells are escaped (`|`, newlines) so no error text or note can shift the columns after it.
+    """
+    lines = [header, ["---:" if i in right else "---" for i in range(len(header))], *rows]
+    return "\n".join("| " + " | ".join(_cell(c) for c in line) + " |" for line in lines)
 
 
 class _Tee(io.TextIOBase):

@@ -1,21 +1,16 @@
-"""Shared fixtures: real redis-server on loopback, free ports."""
+"""Shared fixtures: real redis-server on loopback, free ports (one launcher with the benches: bench/procs.py)."""
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from bench import procs
+from bench.procs import RedisServer, free_port
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+__all__ = ["RedisServer", "free_port", "start_redis"]
 
 
 @pytest.fixture
@@ -23,50 +18,12 @@ def unused_port() -> int:
     return free_port()
 
 
-class RedisServer:
-    def __init__(self, port: int, proc: subprocess.Popen[bytes]) -> None:
-        self.port = port
-        self.proc = proc
-        self.url = f"redis://127.0.0.1:{port}/0"
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-
-
 def start_redis(tmp: Path, port: int | None = None) -> RedisServer:
-    """Start redis-server on loopback (on `port`, e.g. to restart one a test killed)."""
-    exe = shutil.which("redis-server")
-    if exe is None:
+    """Start redis-server on loopback (on `port`, e.g. to restart one a test killed); skip without it."""
+    try:
+        return procs.start_redis(tmp, port)
+    except FileNotFoundError:
         pytest.skip("redis-server not installed (make test installs it)")
-    port = port or free_port()
-    proc = subprocess.Popen(
-        [
-            exe,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(tmp),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return RedisServer(port, proc)
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("redis-server did not start")
 
 
 @pytest.fixture

@@ -19,6 +19,8 @@ from typing import Any
 
 import uvicorn
 
+from tests.asgi_fakes import read_request_body
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -271,12 +273,7 @@ class FakeApiServer:
         method = scope["method"]
         path = scope["path"]
         query = {k: v[-1] for k, v in urllib.parse.parse_qs(scope["query_string"].decode()).items()}
-        body_bytes = b""
-        while True:
-            msg = await receive()
-            body_bytes += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        body_bytes = await read_request_body(receive)
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
         body = json.loads(body_bytes) if body_bytes else None
         self.requests.append(

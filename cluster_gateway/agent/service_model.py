@@ -1,10 +1,21 @@
 """How fast a pod serves and how many requests it runs at once: the capacity agent's service model.
 
 Service model: each pod is a server of C parallel slots; a request holds a slot for S seconds, so a
-busy pod finishes C / S requests a second. A new request's TTFT on a pod = prefill when a slot is
-free, else prefill + the longer of (queue ahead + 1) / (C / S) (a slot frees up) and queue ahead x
-drain (the prompts ahead are prefilled first); the cluster's estimate is that of its best
-unsaturated pod (the gateway picks the best pod). drain = min(prefill, the pod's mean gap between
+busy pod running n ≥ C finishes n / S requests a second. A new request's TTFT on a pod = prefill +
+the longest of three waits before the engine admits it (the cluster's estimate is that of its best
+unsaturated pod, as the gateway picks the best pod):
+- the step in progress: half a mean step (ITL / 2) while the pod runs anything, as the engine
+  admits between steps;
+- a slot, only for the requests ahead (and this one) beyond the engine's room: (ahead + 1 - room) /
+  rate. Room = what the engine admits now: up to its cap and, with a KV gauge, up to running / KV
+  usage (the pool at the current per-request footprint, shared prefix blocks counted once), not the
+  saturation threshold (a routing limit the engine ignores);
+- the prompts ahead, prefilled first: ahead x drain.
+Charging a slot wait whenever a request waited (one arriving mid-step) or running passed the 80% KV
+slots computed from whole prompts over-predicted by 1.5-2.3x at moderate load on a simulated L4 pod
+with shared system prompts, and leaving out the step in progress under-predicts an unqueued pod by
+about a quarter (`fleetgate bench estimate`, bench/RESULTS.md).
+drain = min(prefill, the pod's mean gap between
 admissions over the window): prefill measured under load already spans the steps a prompt shares
 with the others prefilled alongside it (chunked prefill batches several per step), so charging a
 whole prefill per prompt ahead counts that sharing twice (one simulated L4 pod at 3.2 req/s: mean
@@ -85,6 +96,8 @@ class PodSpeed:
     decode_tokens_per_s: float  # per running sequence
     concurrency: float  # C: requests it runs at once at the current footprint
     slots: float  # requests it runs before saturating (KV threshold) or queueing (cap)
+    admit_limit: float | None = None  # requests the engine runs before a new one waits (None: C)
+    step_wait_s: float = 0.0  # expected rest of the engine step in progress (0: idle)
 
 
 def gpu_tokens_per_second(speeds: Iterable[PodSpeed], gpus_per_pod: int) -> float:
@@ -148,7 +161,13 @@ def pod_speed(
         concurrency = float(cap or svc.default_concurrency)
         slots = concurrency * (saturation.kv_usage if m.kv_usage is not None else 1.0)
     drain = min(prefill, perf.admit_gap_s) if perf.admit_gap_s else prefill
-    return PodSpeed(prefill, drain, service, decode, concurrency, slots)
+    admit_limit = concurrency
+    if m.kv_usage is not None and m.kv_usage > 0 and m.running > 0:
+        admit_limit = min(float(cap or svc.max_concurrency), max(float(m.running), m.running / m.kv_usage))
+    # A request arriving mid-step is admitted when the step ends: half a step on average (mean ITL
+    # = mean step; longer prefill-carrying steps make the true mean residual somewhat larger).
+    step_wait = 0.5 / decode if m.running > 0 or m.waiting > 0 else 0.0
+    return PodSpeed(prefill, drain, service, decode, concurrency, slots, admit_limit, step_wait)
 
 
 def _kv_bound(m: PodMetrics, perf: PodPerf, svc: ServiceModel) -> float | None:
@@ -173,16 +192,17 @@ def _kv_bound(m: PodMetrics, perf: PodPerf, svc: ServiceModel) -> float | None:
 def estimate_ttft_ms(
     speed: PodSpeed, waiting: float, running: int, dispatched: int, *, extra_ahead: float = 0.0
 ) -> float:
-    """Prefill when a slot is free, else prefill + queueing behind the requests ahead (see above):
-    the longer of waiting for a slot and waiting for the prompts ahead to be drained.
+    """Prefill + the longest wait before admission (see above): the step in progress, a slot (for
+    the requests beyond the engine's room), the prompts ahead drained.
 
     Ahead of a new request: those waiting plus the requests dispatched since the scrape beyond the
-    free slots, plus `extra_ahead` (this pod's share of the requests held in the gateway's queue)."""
-    free_slots = max(0.0, speed.slots - running)
-    ahead = waiting + extra_ahead + max(0.0, dispatched - free_slots)
-    if waiting == 0 and ahead <= 0 and free_slots >= 1:
-        return speed.prefill_s * 1000.0
-    rate = speed.concurrency / speed.service_s  # requests finished per second when busy
-    # A slot must free up, and the prompts ahead are prefilled first (at most serially).
-    queueing_s = max((ahead + 1) / rate, ahead * speed.drain_s)
+    room, plus `extra_ahead` (this pod's share of the requests held in the gateway's queue)."""
+    limit = speed.admit_limit if speed.admit_limit is not None else speed.concurrency
+    room = max(0.0, limit - running)
+    ahead = waiting + extra_ahead + max(0.0, dispatched - room)
+    # Requests finished per second when busy: a pod running more than C (shared prefix blocks
+    # make requests smaller than whole prompts) frees its slots that much faster.
+    rate = max(speed.concurrency, float(running)) / speed.service_s
+    need_slot = max(0.0, ahead + 1 - room)  # requests (this one last) that must wait for a slot
+    queueing_s = max(speed.step_wait_s, need_slot / rate, ahead * speed.drain_s)
     return (speed.prefill_s + queueing_s) * 1000.0

@@ -86,15 +86,15 @@ def test_headroom_without_a_kv_gauge_uses_the_default_concurrency() -> None:
 def test_estimated_ttft_grows_with_the_queue_and_is_prefill_on_an_idle_pod() -> None:
     svc = ServiceModel(prefill_ms=50.0, decode_tokens_per_s=50.0, mean_output_tokens=100.0)
     idle, busy, busier = EndpointPool(), EndpointPool(), EndpointPool()
-    add_pod(idle, "p", models={"m"}, running=1, kv=0.05)
-    add_pod(busy, "p", models={"m"}, waiting=2, running=16, kv=0.8)
-    add_pod(busier, "p", models={"m"}, waiting=4, running=16, kv=0.8)
+    add_pod(idle, "p", models={"m"}, running=0, kv=0.0)
+    add_pod(busy, "p", models={"m"}, waiting=2, running=20, kv=1.0)  # KV full: requests wait for slots
+    add_pod(busier, "p", models={"m"}, waiting=4, running=20, kv=1.0)
     ttft = [
         by_model(build_report(make_spec(), p, 1, SAT, service=svc))["m"].est_ttft_ms
         for p in (idle, busy, busier)
     ]
     assert ttft[0] == pytest.approx(50.0)
-    # busy: C = 16 / 0.8 = 20 slots, S = 2 s -> 10 req/s; 3 ahead (2 waiting + itself) -> +300 ms
+    # busy: C = 20 / 1.0 = 20 slots, S = 2 s -> 10 req/s; 3 ahead (2 waiting + itself) -> +300 ms
     assert ttft[1] == pytest.approx(50.0 + 300.0)
     assert ttft[2] > ttft[1]
 

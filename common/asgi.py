@@ -122,6 +122,8 @@ async def run_until_disconnect(
         watch_task.cancel()
         raise
     watch_task.cancel()
+    if watch_task.done() and not watch_task.cancelled():
+        watch_task.exception()  # retrieved: a failed watcher is a departure, not an unlogged error
     if work_task.done() or finished():
         await work_task
         return False

@@ -108,3 +108,13 @@ async def test_cancelling_the_caller_cancels_the_work() -> None:
         await caller
     await asyncio.sleep(0)
     assert cancelled.is_set()
+
+
+async def test_a_failing_watcher_counts_as_a_departure() -> None:
+    cancelled = asyncio.Event()
+
+    async def broken_receive() -> Message:
+        raise RuntimeError("receive channel broke")
+
+    assert await run_until_disconnect(_sleep_until_cancelled(cancelled), broken_receive) is True
+    assert cancelled.is_set()

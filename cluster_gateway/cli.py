@@ -10,6 +10,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
+from common import runloop
 from common.config.gateway import GatewaySpec
 from common.config.loader import ConfigError, load_config, load_config_data
 
@@ -165,4 +166,4 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # e.g. an unknown --log-level or traces exporter
         print(f"fleetgate gateway: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(_serve(spec, args))
+    return runloop.run(_serve(spec, args))

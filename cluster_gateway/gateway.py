@@ -13,7 +13,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 
-import uvicorn
 from prometheus_client import CollectorRegistry
 
 from cluster_gateway.agent import CapacityAgent, load_agent_token
@@ -22,14 +21,13 @@ from cluster_gateway.extproc.server import ExtProcServer, PickerService
 from cluster_gateway.metrics.scraper import Scraper
 from cluster_gateway.observability import GatewayMetrics
 from cluster_gateway.pool import EndpointPool
-from cluster_gateway.proxy.admission import AdmissionQueue
 from cluster_gateway.proxy.app import ProxyApp
-from cluster_gateway.proxy.dispatch import Dispatcher
 from cluster_gateway.proxy.forward import Forwarder
-from cluster_gateway.proxy.upstream import UpstreamClients
+from cluster_gateway.request_path.admission import AdmissionQueue
+from cluster_gateway.request_path.dispatch import Dispatcher
 from cluster_gateway.scheduling.scheduler import Scheduler
 from cluster_gateway.scheduling.types import ScheduleResult
-from common.asgi import EmbeddedServer, listen_socket
+from common.asgi import EmbeddedServer, listen_socket, server_config
 from common.config.gateway import GatewaySpec
 
 log = logging.getLogger("fleetgate.gateway")
@@ -88,7 +86,7 @@ class ClusterGateway:
             )
             self._background.append(("capacity-agent", self.agent.run))
         self._tasks: list[asyncio.Task[None]] = []
-        self._clients: UpstreamClients | None = None
+        self._forwarder: Forwarder | None = None
         self._server: EmbeddedServer | None = None
         self._extproc: ExtProcServer | None = None
         self.bound_port = 0
@@ -118,28 +116,11 @@ class ClusterGateway:
             task = asyncio.create_task(self._supervise(name, run), name=f"gateway-{name}")
             self._tasks.append(task)
         pcfg = self.spec.proxy
-        self._clients = UpstreamClients(pcfg, self.pool)
-        forwarder = Forwarder(
-            self._clients,
-            self.dispatcher,
-            self.metrics,
-            max_attempts=pcfg.max_attempts,
-            debug_headers=pcfg.debug_headers,
-        )
+        forwarder = self._forwarder = Forwarder(self.pool, self.dispatcher, self.metrics, pcfg)
         app = ProxyApp(self.pool, self.dispatcher, forwarder, self.metrics, pcfg)
         try:
             sock = listen_socket(self.host, self._port)
-            config = uvicorn.Config(
-                app,
-                lifespan="off",
-                log_level="warning",
-                access_log=False,
-                timeout_graceful_shutdown=5,
-                # Longer than common load-balancer idle timeouts (60 s), so an LB never reuses a
-                # connection the gateway is just closing (the classic keep-alive race → 502s).
-                timeout_keep_alive=75,
-                backlog=4096,
-            )
+            config = server_config(app, self.spec.server)
             self._server = EmbeddedServer(config)
             self.bound_port = await self._server.start_on(sock)
             log.info(
@@ -188,9 +169,9 @@ class ClusterGateway:
             with suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
-        if self._clients is not None:
-            await self._clients.aclose()
-            self._clients = None
+        if self._forwarder is not None:
+            self._forwarder.close()
+            self._forwarder = None
 
     async def __aenter__(self) -> ClusterGateway:
         await self.start()

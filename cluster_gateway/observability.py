@@ -7,6 +7,7 @@ from the pool at scrape time instead of being updated on the request path.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 
 from opentelemetry import trace
@@ -42,6 +43,12 @@ class _PoolCollector(Collector):
         stale = GaugeMetricFamily("fleetgate_gateway_stale_pods", "Pods whose metrics are stale")
         stale.add_metric([], sum(1 for p in pods if p.stale))
         yield stale
+        now = time.monotonic()
+        ejected = GaugeMetricFamily(
+            "fleetgate_gateway_ejected_pods", "Pods ejected by outlier detection (their requests failed)"
+        )
+        ejected.add_metric([], sum(1 for p in pods if p.ejected_until > now))
+        yield ejected
         total = GaugeMetricFamily("fleetgate_gateway_pods", "Pods in the endpoint pool")
         total.add_metric([], len(pods))
         yield total
@@ -94,6 +101,18 @@ class GatewayMetrics:
             "fleetgate_gateway_retries",
             "Attempts moved to another pod, by reason",
             ["reason"],
+            registry=self.registry,
+        )
+
+        self.ejections = Counter(
+            "fleetgate_gateway_pod_ejections",
+            "Pods ejected by outlier detection, by reason",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.retry_budget_exhausted = Counter(
+            "fleetgate_gateway_retry_budget_exhausted",
+            "Retries refused because the retry budget was spent",
             registry=self.registry,
         )
 

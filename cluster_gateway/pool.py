@@ -79,6 +79,10 @@ class PodState:
     catalog_exact: bool = False  # the pod itself told base models from adapters (`set_catalog`)
     inflight: int = 0  # requests this gateway has sent and not yet finished
     dispatched_since_scrape: int = 0  # sent since the last good scrape (a burst guard)
+    ejected_until: float = 0.0  # time.monotonic() until which outlier detection keeps it out
+
+    def ejected(self, now: float) -> bool:
+        return self.ejected_until > now
 
     @property
     def name(self) -> str:

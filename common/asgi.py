@@ -18,7 +18,11 @@ from typing import Any
 
 import uvicorn
 
+from common.config.server import HttpServer
 from common.errors import OpenAIError
+from common.http_server import ConnectionLimits, guarded_protocol
+
+log = logging.getLogger("fleetgate.http")
 
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -45,6 +49,78 @@ def listen_socket(host: str, port: int) -> socket.socket:
         raise
     sock.set_inheritable(True)
     return sock
+
+
+def server_config(app: Any, cfg: HttpServer, *, log_level: str = "warning") -> uvicorn.Config:
+    """The uvicorn config both tiers serve with: httptools + connection hygiene (`http_server`), the
+    app behind a JSON catch-all, no access log of uvicorn's own, no lifespan."""
+    return uvicorn.Config(
+        json_errors(app),
+        http=guarded_protocol(ConnectionLimits(cfg.header_timeout_s, cfg.max_connections)),
+        lifespan="off",
+        log_level=log_level,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+        # Longer than common load-balancer idle timeouts (60 s), so an LB never reuses a
+        # connection this server is just closing (the classic keep-alive race → 502s).
+        timeout_keep_alive=cfg.keep_alive_timeout_s,
+        backlog=4096,
+    )
+
+
+def json_errors(app: Any) -> Any:
+    """Wrap an ASGI app so that no failure reaches the client as uvicorn's text/plain 500.
+
+    An exception before the response started becomes a 500 OpenAI error; after it started, the
+    connection is closed (the status is out; a truncated body is the honest signal). An app that
+    returns without answering also gets the JSON 500.
+    """
+
+    async def wrapped(scope: Message, receive: Receive, send: Any) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(msg: Message) -> None:
+            nonlocal started
+            if msg["type"] == "http.response.start":
+                started = True
+            await send(msg)
+
+        try:
+            await app(scope, receive, tracking_send)
+        except Exception:
+            if started:
+                log.warning(
+                    "request failed after its response started; closing the connection", exc_info=True
+                )
+                raise ResponseAborted from None
+            log.exception("unhandled error in %s %s", scope.get("method"), scope.get("path"))
+            await _send_500(send)
+            return
+        if not started:
+            await _send_500(send)
+
+    return wrapped
+
+
+class ResponseAborted(Exception):
+    """Raised to uvicorn after a response started and then failed: it closes the connection."""
+
+
+async def _send_500(send: Any) -> None:
+    body = OpenAIError(
+        500, "Internal error; the request was not completed.", code="internal_error"
+    ).body_bytes()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 500,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 class EmbeddedServer(uvicorn.Server):

@@ -70,12 +70,39 @@ def completion_prompt_text(prompt: Any) -> str:
     raise bad_request("'prompt' must be a string or an array of strings", param="prompt")
 
 
-def parse_request(raw: bytes, path: str) -> ParsedRequest:
-    """Decode and validate an OpenAI completions or chat request body."""
+MAX_JSON_DEPTH = 64  # far beyond any OpenAI request (messages → content parts → fields: ~6)
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(v, dict):
+            stack.extend((x, depth + 1) for x in v.values() if isinstance(x, dict | list))
+        elif isinstance(v, list):
+            stack.extend((x, depth + 1) for x in v if isinstance(x, dict | list))
+    return False
+
+
+def parse_request(raw: bytes, path: str, max_depth: int = MAX_JSON_DEPTH) -> ParsedRequest:
+    """Decode and validate an OpenAI completions or chat request body.
+
+    Nesting is bounded (400 beyond `max_depth`): the decoder would otherwise recurse until Python's
+    limit on a body like 100k `[`. The depth walk runs only when the body has more brackets than
+    the limit (counted in C), so ordinary requests never pay for it.
+    """
     try:
         body = msgspec.json.decode(raw) if raw else None
     except msgspec.DecodeError as exc:
         raise bad_request(f"Request body is not valid JSON: {exc}", code="invalid_json") from None
+    except RecursionError:
+        raise bad_request(
+            f"Request body is nested deeper than {max_depth} levels", code="invalid_json"
+        ) from None
+    if raw.count(b"[") + raw.count(b"{") > max_depth and _too_deep(body, max_depth):
+        raise bad_request(f"Request body is nested deeper than {max_depth} levels", code="invalid_json")
     if not isinstance(body, dict):
         raise bad_request("Request body must be a JSON object", code="invalid_json")
     model = body.get("model")

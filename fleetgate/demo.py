@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from cluster_gateway.gateway import ClusterGateway
+from common import runloop
 from common.config.loader import ConfigError
 from fleetgate.demo_fleet import (
     BASE_MODEL,
@@ -375,7 +376,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     events = _setup_logging(args.log_level, sys.stdout.isatty() and not args.no_live)
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    return asyncio.run(_main(args, events))
+    return runloop.run(_main(args, events))
 
 
 async def _main(args: argparse.Namespace, events: _RecentEvents | None) -> int:

@@ -10,6 +10,7 @@ import sys
 
 import msgspec
 
+from common import runloop
 from common.config.loader import ConfigError, load_config
 from common.config.router import GlobalRouterConfig
 from global_router.tenants import hash_key
@@ -105,4 +106,4 @@ def run(args: argparse.Namespace) -> int:
         return 2
     _setup_logging(args)
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    return asyncio.run(_serve(cfg, args))
+    return runloop.run(_serve(cfg, args))

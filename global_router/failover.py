@@ -10,54 +10,13 @@ Both are per replica: they react to what this replica sees, within milliseconds,
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from common.config.router import Failover
+from common.retry_budget import RetryBudget
 
-
-class RetryBudget:
-    """Sliding-window budget: retries ≤ ratio x requests + min_retries within `window_s`."""
-
-    def __init__(
-        self,
-        ratio: float,
-        *,
-        min_retries: int = 5,
-        window_s: float = 10.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.ratio = ratio
-        self.min_retries = min_retries
-        self.window_s = window_s
-        self._clock = clock
-        self._requests: deque[float] = deque()
-        self._retries: deque[float] = deque()
-
-    def _trim(self, now: float) -> None:
-        edge = now - self.window_s
-        for q in (self._requests, self._retries):
-            while q and q[0] < edge:
-                q.popleft()
-
-    def record_request(self) -> None:
-        now = self._clock()
-        self._trim(now)
-        self._requests.append(now)
-
-    def try_retry(self) -> bool:
-        """Spend one retry if the budget allows it."""
-        now = self._clock()
-        self._trim(now)
-        if len(self._retries) + 1 > self.ratio * len(self._requests) + self.min_retries:
-            return False
-        self._retries.append(now)
-        return True
-
-    def available(self) -> float:
-        self._trim(self._clock())
-        return max(0.0, self.ratio * len(self._requests) + self.min_retries - len(self._retries))
+__all__ = ["ClusterHealth", "RetryBudget"]
 
 
 @dataclass(slots=True)

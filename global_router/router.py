@@ -13,11 +13,10 @@ from typing import Any
 import httpx
 import msgspec
 import redis.asyncio as aioredis
-import uvicorn
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from common.asgi import EmbeddedServer, listen_socket
+from common.asgi import EmbeddedServer, listen_socket, server_config
 from common.config.loader import ConfigError
 from common.config.router import GlobalRouterConfig
 from global_router.app import RouterServices, build_app
@@ -155,14 +154,7 @@ class GlobalRouter:
                 router_info=self._info,
             )
             sock = listen_socket(self.cfg.host, self._http_port_cfg)
-            config = uvicorn.Config(
-                build_app(services),
-                lifespan="off",
-                log_level="warning",
-                access_log=False,
-                timeout_graceful_shutdown=5,
-                backlog=4096,
-            )
+            config = server_config(build_app(services), self.cfg.server)
             self._server = EmbeddedServer(config)
             self.http_port = await self._server.start_on(sock)
             log.info("global router listening on http://%s:%d", self.cfg.host, self.http_port)

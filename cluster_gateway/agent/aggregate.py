@@ -116,7 +116,12 @@ def gateway_url(spec: GatewaySpec) -> str:
 
 
 def is_ready(pod: PodState, max_staleness_s: float, now: float) -> bool:
-    return not pod.stale and pod.metrics is not None and pod.metrics_age(now) <= max_staleness_s
+    return (
+        not pod.stale
+        and pod.metrics is not None
+        and pod.metrics_age(now) <= max_staleness_s
+        and pod.ejected_until <= now  # outlier detection took it out: its requests fail
+    )
 
 
 def is_saturated(pod: PodState, saturation: Saturation) -> bool:

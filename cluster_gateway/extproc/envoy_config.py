@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from cluster_gateway.extproc.messages import LB_METADATA_NAMESPACE
-from cluster_gateway.proxy.headers import DESTINATION_HEADER
+from cluster_gateway.request_path.headers import DESTINATION_HEADER
 
 
 def envoy_bootstrap(

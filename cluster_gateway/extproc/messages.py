@@ -13,7 +13,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 
-from cluster_gateway.proxy.headers import DESTINATION_HEADER
+from cluster_gateway.request_path.headers import DESTINATION_HEADER
 from common.errors import OpenAIError
 
 LB_METADATA_NAMESPACE = "envoy.lb"

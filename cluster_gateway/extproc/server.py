@@ -26,9 +26,9 @@ from opentelemetry import context as otel_context
 from cluster_gateway.extproc import messages as msg
 from cluster_gateway.observability import CANCELLED, OK, REJECTED, SHED, UPSTREAM_ERROR, GatewayMetrics
 from cluster_gateway.pool import EndpointPool, PodState
-from cluster_gateway.proxy.dispatch import Dispatcher, Pick
-from cluster_gateway.proxy.headers import DESTINATION_HEADER, is_internal
-from cluster_gateway.proxy.models_list import models_listing
+from cluster_gateway.request_path.dispatch import Dispatcher, Pick
+from cluster_gateway.request_path.headers import DESTINATION_HEADER, is_internal
+from cluster_gateway.request_path.models_list import models_listing
 from common.config.gateway import ExtProc
 from common.errors import OpenAIError, bad_request
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, parse_request

@@ -9,6 +9,7 @@ are observed directly so the pod's request is cancelled and its in-flight slot r
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,11 +19,11 @@ from opentelemetry import context as otel_context
 
 from cluster_gateway.observability import CANCELLED, REJECTED, SHED, GatewayMetrics
 from cluster_gateway.pool import EndpointPool
-from cluster_gateway.proxy.dispatch import Dispatcher
-from cluster_gateway.proxy.forward import Forwarder, NoPodAnswered
-from cluster_gateway.proxy.headers import client_headers, upstream_request_headers
-from cluster_gateway.proxy.models_list import models_listing
-from common.asgi import ClientGone, read_body, run_until_disconnect
+from cluster_gateway.proxy.forward import Forwarder, NoPodAnswered, StreamBroken
+from cluster_gateway.request_path.dispatch import Dispatcher
+from cluster_gateway.request_path.headers import client_headers, upstream_request_headers
+from cluster_gateway.request_path.models_list import models_listing
+from common.asgi import ClientGone, ResponseAborted, read_body, run_until_disconnect
 from common.config.gateway import Proxy
 from common.errors import OpenAIError
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, ParsedRequest, parse_request
@@ -82,6 +83,7 @@ class ProxyApp:
         self.forwarder = forwarder
         self.metrics = metrics
         self.max_body = cfg.max_body_bytes
+        self.max_depth = cfg.max_json_depth
         self.routes: dict[tuple[str, str], Handler] = {
             ("POST", COMPLETIONS_PATH): self._completion,
             ("POST", CHAT_PATH): self._completion,
@@ -128,12 +130,14 @@ class ProxyApp:
         state = _RequestState()
         try:
             body = await read_body(receive, _content_length(scope), self.max_body)
-            parsed = parse_request(body, path)
+            parsed = parse_request(body, path, self.max_depth)
             headers = client_headers(scope["headers"])
             await self._serve_until_disconnect(state, parsed, headers, path, body, receive, send)
         except ClientGone:
             if not state.counted:
                 self.metrics.request_done("-", state.profile, CANCELLED)
+        except StreamBroken:
+            raise ResponseAborted from None  # bytes are out: closing the connection is the signal
         except OpenAIError as err:
             if not isinstance(err, NoPodAnswered):  # the forwarder already counted its attempts
                 self.metrics.request_done("-", state.profile, SHED if err.status == 429 else REJECTED)
@@ -188,7 +192,8 @@ class ProxyApp:
 
     async def _ready(self, scope: Scope, receive: Receive, send: Send) -> None:
         pods = self.pool.pods()
-        ready = sum(1 for p in pods if not p.stale)
+        now = time.monotonic()
+        ready = sum(1 for p in pods if not p.stale and p.ejected_until <= now)
         body = msgspec.json.encode({"ready": ready > 0, "pods": len(pods), "readyPods": ready})
         await send_json(send, 200 if ready else 503, body)
 

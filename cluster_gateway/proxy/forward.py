@@ -1,10 +1,16 @@
-"""Send a scheduled request to its pod and stream the answer back, failing over before the first byte.
+"""Send a scheduled request to its pod and stream the answer back, failing over until the first token.
 
-Nothing admitted is lost: while no byte has reached the client, a pod that refuses the connection,
-times out connecting or drops it without answering is skipped for the next-ranked pod (up to
-`proxy.maxAttempts`), and one 5xx/429 answer is retried on another pod; a pod that refused a
-connection is tried last for a couple of seconds, until the scraper catches up. Once bytes flow, the
-stream is passed through chunk by chunk (`aiter_raw`, no buffering or re-encoding).
+Nothing admitted is lost before the first token: the response start is held back until the pod's
+first body chunk arrives (vLLM sends `200` + SSE headers when it *accepts* a stream, long before
+any token, so relaying headers at once would commit a stream that may still die in the pod's
+queue). Until then every failure — a refused or reset connection, no answer within
+`proxy.firstByteTimeoutS`, a 5xx — moves the request to the next-ranked pod, up to
+`proxy.maxAttempts` and within the retry budget. Once a byte reached the client nothing is retried
+(no duplicate generation): a broken stream ends with an OpenAI error event and `[DONE]`.
+
+Every outcome feeds outlier detection (`outliers.py`), which ejects pods whose requests fail and
+ranks recently failing pods last. Pods are reached through the O(1) keep-alive pools of
+`common.upstream` (why not httpx: see there).
 """
 
 from __future__ import annotations
@@ -15,169 +21,221 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-import httpx
-
-from cluster_gateway.observability import (
-    CANCELLED,
-    FAILED,
-    OK,
-    UPSTREAM_ERROR,
-    GatewayMetrics,
-    tracer,
-)
-from cluster_gateway.pool import PodState
-from cluster_gateway.proxy.dispatch import Dispatcher, Pick
-from cluster_gateway.proxy.headers import downstream_response_headers
-from cluster_gateway.proxy.upstream import UpstreamClients
+from cluster_gateway.observability import CANCELLED, FAILED, OK, UPSTREAM_ERROR, GatewayMetrics, tracer
+from cluster_gateway.pool import EndpointPool, PodState
+from cluster_gateway.request_path.dispatch import Dispatcher, Pick
+from cluster_gateway.request_path.headers import downstream_response_headers
+from cluster_gateway.request_path.outliers import OutlierDetector
+from common.config.gateway import Proxy
 from common.errors import OpenAIError
+from common.retry_budget import RetryBudget
 from common.telemetry import inject_traceparent
+from common.upstream import Response, UpstreamError, UpstreamPools
 
 log = logging.getLogger("fleetgate.gateway.proxy")
 
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
-# Failures that prove the pod never answered this request: safe to send it elsewhere.
-_NOT_ANSWERED = (
-    httpx.ConnectError,
-    httpx.ConnectTimeout,
-    httpx.PoolTimeout,
-    httpx.RemoteProtocolError,
-    httpx.ReadError,
-    httpx.WriteError,
-)
+_ERROR_BODY_LIMIT = 64 * 1024
+_JSON_TYPES = (b"application/json", b"application/problem+json")
 
 
 class NoPodAnswered(OpenAIError):
     """Every attempt failed before any byte reached the client (503)."""
 
 
-UNREACHABLE_HOLD_S = 2.0
+class StreamBroken(Exception):
+    """A non-SSE response broke after bytes reached the client: only closing the connection is left."""
 
 
 def _retryable_status(status: int) -> bool:
     return status >= 500 or status == 429
 
 
+def _is_json(resp: Response) -> bool:
+    ctype = resp.header(b"content-type") or b""
+    return ctype.split(b";", 1)[0].strip().lower() in _JSON_TYPES
+
+
 class Forwarder:
     def __init__(
         self,
-        clients: UpstreamClients,
+        pool: EndpointPool,
         dispatcher: Dispatcher,
         metrics: GatewayMetrics,
+        cfg: Proxy,
         *,
-        max_attempts: int,
-        debug_headers: bool = False,
+        outliers: OutlierDetector | None = None,
+        budget: RetryBudget | None = None,
+        upstreams: UpstreamPools | None = None,
     ) -> None:
-        self.clients = clients
+        self.pool = pool
         self.dispatcher = dispatcher
         self.metrics = metrics
-        self.max_attempts = max_attempts
-        self.debug_headers = debug_headers
-        # Pods that just failed to connect, until when: tried last meanwhile. A dead pod IP can cost
-        # a full connect timeout per request; the scraper needs a few intervals to mark it stale.
-        self._unreachable: dict[str, float] = {}
+        self.cfg = cfg
+        self.max_attempts = cfg.max_attempts
+        self.debug_headers = cfg.debug_headers
+        self.outliers = outliers or OutlierDetector(
+            pool,
+            cfg.outlier_detection,
+            on_eject=lambda _pod, reason, _s: metrics.ejections.labels(reason).inc(),
+        )
+        rb = cfg.retry_budget
+        self.budget = budget or RetryBudget(rb.ratio, min_retries=rb.min_retries, window_s=rb.window_s)
+        self.upstreams = upstreams or UpstreamPools(
+            max_connections=cfg.max_connections,
+            connect_timeout_s=cfg.connect_timeout_s,
+            idle_expiry_s=cfg.idle_connection_s,
+        )
+        self._seen_version = -1
 
-    def _ranked(self, pods: list[PodState]) -> list[PodState]:
-        if not self._unreachable:
-            return pods
-        now = time.monotonic()
-        for name, until in list(self._unreachable.items()):
-            if until <= now:
-                del self._unreachable[name]
-        if not self._unreachable:
-            return pods
-        return sorted(pods, key=lambda p: p.name in self._unreachable)  # stable: order kept otherwise
+    def _upstream(self, pod: PodState) -> Any:
+        if self.pool.version != self._seen_version:
+            self._seen_version = self.pool.version
+            self.upstreams.keep_only({(p.endpoint.address, p.endpoint.port) for p in self.pool.pods()})
+            self.outliers.forget_departed()
+        return self.upstreams.get(pod.endpoint.address, pod.endpoint.port)
 
     async def forward(self, pick: Pick, path: str, body: bytes, headers: dict[str, str], send: Send) -> None:
         """Deliver the request to the first pod that answers; raises OpenAIError if none does."""
-        pods = self._ranked(pick.pods)
+        pods = self.outliers.rank(pick.pods)
         attempts = min(self.max_attempts, len(pods))
-        status_retry_left = 1
+        self.budget.record_request()
+        target = path.encode("latin-1")
+        base_headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
         last_error = "no pod was tried"
+        held: tuple[PodState, int, list[tuple[bytes, bytes]], bytes] | None = None  # last 5xx/429 answer
+        tried = 0
         for i in range(attempts):
+            if i > 0 and not self.budget.try_retry():
+                self.metrics.retry_budget_exhausted.inc()
+                break
             pod = pods[i]
-            has_next = i + 1 < attempts
+            tried += 1
+            has_next = i + 1 < attempts  # (a 5xx/429 on the last attempt is passed on as is)
             self.dispatcher.dispatched(pick, pod)
             outcome = FAILED
             committed = False
+            resp: Response | None = None
             try:
                 with tracer.start_as_current_span("gateway.forward") as span:
                     span.set_attribute("fleetgate.pod", pod.name)
                     span.set_attribute("fleetgate.attempt", i + 1)
                     t0 = time.monotonic()
-                    attempt_headers = dict(headers)
-                    inject_traceparent(attempt_headers)  # the pod's parent span is this attempt
-                    client = self.clients.for_pod(pod)
-                    req = client.build_request(
-                        "POST", pod.endpoint.url + path, content=body, headers=attempt_headers
-                    )
+                    deadline = t0 + self.cfg.first_byte_timeout_s
+                    attempt_headers = base_headers
+                    tp: dict[str, str] = {}
+                    inject_traceparent(tp)  # the pod's parent span is this attempt
+                    if tp:
+                        attempt_headers = base_headers + [
+                            (k.encode("latin-1"), v.encode("latin-1")) for k, v in tp.items()
+                        ]
                     try:
-                        resp = await client.send(req, stream=True)
-                    except _NOT_ANSWERED as exc:
-                        last_error = f"{pod.name}: {type(exc).__name__}"
-                        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
-                            self._unreachable[pod.name] = time.monotonic() + UNREACHABLE_HOLD_S
-                        span.set_attribute("fleetgate.error", last_error)
-                        self.metrics.retries.labels("connect").inc()
-                        log.info("pod %s did not answer (%s); trying the next pod", pod.name, exc)
-                        continue
-                    try:
-                        span.set_attribute("http.status_code", resp.status_code)
-                        if _retryable_status(resp.status_code) and has_next and status_retry_left > 0:
-                            status_retry_left -= 1
-                            last_error = f"{pod.name}: HTTP {resp.status_code}"
-                            self.metrics.retries.labels("status").inc()
-                            log.info(
-                                "pod %s answered %d; retrying on another pod", pod.name, resp.status_code
+                        resp = await self._upstream(pod).request(
+                            b"POST",
+                            target,
+                            attempt_headers,
+                            body,
+                            head_timeout_s=self.cfg.first_byte_timeout_s,
+                        )
+                        status = resp.status
+                        span.set_attribute("http.status_code", status)
+                        if _retryable_status(status):
+                            err_body = await resp.read(
+                                max(0.001, deadline - time.monotonic()), _ERROR_BODY_LIMIT
                             )
+                            if status >= 500:
+                                self.outliers.failure(pod, gateway=False)
+                            last_error = f"{pod.name}: HTTP {status}"
+                            held = (pod, status, resp.headers, err_body if _is_json(resp) else b"")
+                            if has_next:
+                                self.metrics.retries.labels("status").inc()
+                                log.info("pod %s answered %d; retrying on another pod", pod.name, status)
                             continue
-                        committed = True
-                        outcome = await self._relay(resp, pod, send, t0)
-                        return
-                    finally:
-                        await resp.aclose()
+                        first = await resp.next_chunk(max(0.001, deadline - time.monotonic()))
+                    except UpstreamError as exc:
+                        last_error = f"{pod.name}: {exc}"
+                        span.set_attribute("fleetgate.error", last_error)
+                        self.outliers.failure(pod, gateway=True)
+                        self.metrics.retries.labels(exc.kind).inc()
+                        log.info(
+                            "pod %s failed before the first token (%s); trying the next pod", pod.name, exc
+                        )
+                        continue
+                    committed = True
+                    self.metrics.ttft.labels(pod.name).observe(time.monotonic() - t0)
+                    outcome = await self._relay(resp, first, pod, send)
+                    return
             except asyncio.CancelledError:
                 outcome, committed = CANCELLED, True
                 raise
             finally:
+                if resp is not None:
+                    resp.release()
                 self.dispatcher.finished(pod)
-                if committed or not has_next:
+                if committed:
                     self.metrics.request_done(pod.name, pick.profile, outcome)
+        if held is not None:
+            await self._send_held(held, pick, send)
+            return
+        self.metrics.request_done(pods[tried - 1].name if tried else "-", pick.profile, FAILED)
         raise NoPodAnswered(
             503,
-            f"No model server could take the request after {attempts} attempt(s) ({last_error}).",
+            f"No model server could take the request after {tried} attempt(s) ({last_error}).",
             code="upstream_unavailable",
+            headers={"retry-after": "1"},
         )
 
-    async def _relay(self, resp: httpx.Response, pod: PodState, send: Send, t0: float) -> str:
-        """Stream the pod's response to the client; returns the outcome label."""
+    async def _send_held(
+        self, held: tuple[PodState, int, list[tuple[bytes, bytes]], bytes], pick: Pick, send: Send
+    ) -> None:
+        """Every pod tried answered 5xx/429: pass the last answer on (as OpenAI JSON)."""
+        pod, status, headers, body = held
+        if not body:
+            body = OpenAIError(
+                502 if status >= 500 else status,
+                f"The model server answered HTTP {status}.",
+                code="upstream_error",
+            ).body_bytes()
+            headers = [(b"content-type", b"application/json")]
+        out = [(k, v) for k, v in downstream_response_headers(headers, None) if k != b"content-length"]
+        out.append((b"content-length", str(len(body)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": out})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+        self.metrics.request_done(pod.name, pick.profile, UPSTREAM_ERROR)
+
+    async def _relay(self, resp: Response, first: bytes, pod: PodState, send: Send) -> str:
+        """Stream the pod's response to the client, first chunk in hand; returns the outcome label."""
         await send(
             {
                 "type": "http.response.start",
-                "status": resp.status_code,
+                "status": resp.status,
                 "headers": downstream_response_headers(
-                    resp.headers.raw, pod.name if self.debug_headers else None
+                    resp.headers, pod.name if self.debug_headers else None
                 ),
             }
         )
-        first = True
-        is_sse = resp.headers.get("content-type", "").startswith("text/event-stream")
+        if resp.status < 500:
+            self.outliers.success(pod)
+        is_sse = (resp.header(b"content-type") or b"").startswith(b"text/event-stream")
+        chunk = first
+        idle = self.cfg.read_timeout_s
         try:
-            async for chunk in resp.aiter_raw():
-                if first:
-                    self.metrics.ttft.labels(pod.name).observe(time.monotonic() - t0)
-                    first = False
+            while chunk:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except httpx.TransportError as exc:
+                chunk = await resp.next_chunk(idle)
+        except UpstreamError as exc:
             # Bytes already reached the client: no retry possible. Close the stream visibly.
-            log.warning("stream from pod %s broke after the first byte: %s", pod.name, exc)
+            log.warning("stream from pod %s broke after the first token: %s", pod.name, exc)
+            self.outliers.failure(pod, gateway=True)
             if not is_sse:
-                raise
-            err = OpenAIError(
-                502, f"The model server stream broke: {type(exc).__name__}", code="upstream_error"
-            )
+                raise StreamBroken(str(exc)) from None
+            err = OpenAIError(502, f"The model server stream broke: {exc}", code="upstream_error")
             payload = b"data: " + err.body_bytes() + b"\n\ndata: [DONE]\n\n"
             await send({"type": "http.response.body", "body": payload, "more_body": False})
             return FAILED
         await send({"type": "http.response.body", "body": b"", "more_body": False})
-        return OK if resp.status_code < 400 else UPSTREAM_ERROR
+        return OK if resp.status < 400 else UPSTREAM_ERROR
+
+    def close(self) -> None:
+        self.upstreams.close()

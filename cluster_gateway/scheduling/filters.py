@@ -41,13 +41,26 @@ def _peer_base_model(ctx: SchedulingContext, pods: list[PodState], model: str) -
 
 
 class HealthyFilter:
-    """Drops pods known dead: their last `dead_after_failures` scrapes in a row failed."""
+    """Drops pods known dead (their last `dead_after_failures` scrapes in a row failed) and pods
+    ejected by outlier detection (their requests failed).
+
+    Suspect yourself first: when *every* pod failed its scrapes, the likelier cause is this
+    gateway's own starved event loop or network, not a fleet that died at once — routing goes on
+    over all of them (degraded) and real request failures eject the ones that are really down.
+    Ejection likewise fails open when it would leave no pod.
+    """
 
     name = "healthy"
 
     def filter(self, ctx: SchedulingContext, pods: list[PodState]) -> list[PodState]:
         dead = ctx.dead_after_failures
-        return [p for p in pods if p.consecutive_failures < dead]
+        alive = [p for p in pods if p.consecutive_failures < dead]
+        if not alive and pods and all(p.metrics is not None for p in pods):
+            ctx.degraded = True
+            alive = pods
+        now = ctx.now
+        serving = [p for p in alive if p.ejected_until <= now]
+        return serving or alive
 
 
 class FreshFilter:

@@ -11,6 +11,8 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta, Struct
 
+from common.config.server import HttpServer
+
 Port = Annotated[int, Meta(ge=1, le=65535)]
 PositiveFloat = Annotated[float, Meta(gt=0)]
 NonNegFloat = Annotated[float, Meta(ge=0)]
@@ -104,13 +106,51 @@ class Admission(_Base, kw_only=True):
     queue_timeout_ms: Annotated[int, Meta(ge=0)] = 10_000
 
 
+class OutlierDetection(_Base, kw_only=True):
+    """Per-pod ejection on real request failures (Envoy's outlier detection, sized for GPU pools).
+
+    Deviations from Envoy's defaults, and why: `maxEjectionPercent` 50 instead of 10 (inference
+    pools are small — with 3 pods, 10% would never eject the second of two broken pods, and a pod
+    erroring in 1 ms is worse than less capacity); the failure-percentage rule is on by default
+    (threshold 50%, 20 requests per interval) instead of off. Ejection lasts `baseEjectionTimeS`
+    times the number of times the pod was ejected in a row, up to `maxEjectionTimeS`; a pod whose
+    ejection ended gets traffic again (its probe), and a success resets its count.
+    """
+
+    enabled: bool = True
+    consecutive_5xx: Annotated[int, Meta(ge=1)] = 5
+    consecutive_gateway_failures: Annotated[int, Meta(ge=1)] = 5  # connect errors, resets, timeouts
+    interval_s: PositiveFloat = 10.0
+    failure_percentage_threshold: Annotated[int, Meta(ge=1, le=100)] = 50
+    failure_percentage_min_requests: Annotated[int, Meta(ge=1)] = 20
+    base_ejection_time_s: PositiveFloat = 30.0
+    max_ejection_time_s: PositiveFloat = 300.0
+    max_ejection_percent: Annotated[int, Meta(ge=0, le=100)] = 50
+
+
+class RetryBudget(_Base, kw_only=True):
+    """Retries (next pod, before the first token) may not exceed `ratio` x requests + `minRetries`
+    over `windowS`, so a sick pool is not hammered by its own retries."""
+
+    ratio: Annotated[float, Meta(ge=0, le=10)] = 0.2
+    min_retries: Annotated[int, Meta(ge=0)] = 10
+    window_s: PositiveFloat = 10.0
+
+
 class Proxy(_Base, kw_only=True):
     max_body_bytes: Annotated[int, Meta(ge=1024)] = 8 * 1024 * 1024
+    max_json_depth: Annotated[int, Meta(ge=2, le=10_000)] = 64  # deeper request bodies get 400
     connect_timeout_s: PositiveFloat = 2.0
-    read_timeout_s: PositiveFloat = 600.0
+    # waiting for the pod's first body chunk (≈ the first token): past it the request moves to the
+    # next pod; nothing had reached the client
+    first_byte_timeout_s: PositiveFloat = 60.0
+    read_timeout_s: PositiveFloat = 120.0  # the longest gap between two chunks once streaming
     max_attempts: Annotated[int, Meta(ge=1, le=10)] = 3
-    max_connections: Annotated[int, Meta(ge=1)] = 4096
+    max_connections: Annotated[int, Meta(ge=1)] = 4096  # per pod
+    idle_connection_s: PositiveFloat = 4.0  # keep-alive reuse window (below uvicorn's 5 s on pods)
     debug_headers: bool = False  # add `x-fleetgate-pod` to responses (reveals pod names: off by default)
+    outlier_detection: OutlierDetection = msgspec.field(default_factory=OutlierDetection)
+    retry_budget: RetryBudget = msgspec.field(default_factory=RetryBudget)
 
 
 class ExtProc(_Base, kw_only=True):
@@ -162,6 +202,7 @@ class GatewaySpec(_Base, kw_only=True):
     ext_proc: ExtProc = msgspec.field(default_factory=ExtProc)
     global_router: GlobalRouterLink | None = None
     capacity: CapacityInfo = msgspec.field(default_factory=CapacityInfo)
+    server: HttpServer = msgspec.field(default_factory=HttpServer)
 
 
 # The CRD whose `spec` is GatewaySpec (deploy/ renders it from this schema).

@@ -7,6 +7,8 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta, Struct
 
+from common.config.server import HttpServer
+
 Port = Annotated[int, Meta(ge=1, le=65535)]
 NonNegFloat = Annotated[float, Meta(ge=0)]
 PositiveFloat = Annotated[float, Meta(gt=0)]
@@ -117,6 +119,7 @@ class GlobalRouterConfig(_Base, kw_only=True):
     selection: Selection = msgspec.field(default_factory=Selection)
     failover: Failover = msgspec.field(default_factory=Failover)
     max_body_bytes: Annotated[int, Meta(ge=1024)] = 8 * 1024 * 1024
+    server: HttpServer = msgspec.field(default_factory=HttpServer)
     rate_limits: RateLimitSettings = msgspec.field(default_factory=RateLimitSettings)
     admin_key_sha256: Annotated[str, Meta(pattern="^[0-9a-f]{64}$")] | None = None  # POST /admin/*
     public_status: bool = True  # False: `/` and `/fleet` need the admin key too (they show gateway URLs)

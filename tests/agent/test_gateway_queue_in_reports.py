@@ -14,7 +14,7 @@ from cluster_gateway.agent.aggregate import (
     significant_state,
 )
 from cluster_gateway.pool import EndpointPool
-from cluster_gateway.proxy.admission import AdmissionQueue
+from cluster_gateway.request_path.admission import AdmissionQueue
 from common.config.gateway import Saturation
 from common.proto.fleetgate.v1 import capacity_pb2
 from tests.agent.pools import add_pod, make_spec

@@ -11,8 +11,8 @@ import pytest
 from cluster_gateway.extproc.server import ExtProcServer, PickerService
 from cluster_gateway.observability import GatewayMetrics
 from cluster_gateway.pool import Endpoint, EndpointPool, PodMetrics
-from cluster_gateway.proxy.admission import AdmissionQueue
-from cluster_gateway.proxy.dispatch import Dispatcher
+from cluster_gateway.request_path.admission import AdmissionQueue
+from cluster_gateway.request_path.dispatch import Dispatcher
 from cluster_gateway.scheduling.scheduler import Scheduler
 from cluster_gateway.scheduling.types import ScheduleResult
 from common.config.gateway import Admission, ExtProc, Scheduling

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from cluster_gateway.proxy.admission import AdmissionQueue
+from cluster_gateway.request_path.admission import AdmissionQueue
 from common.errors import OpenAIError
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cluster_gateway.proxy.headers import (
+from cluster_gateway.request_path.headers import (
     client_headers,
     downstream_response_headers,
     is_internal,

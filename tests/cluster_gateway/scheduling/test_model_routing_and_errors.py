@@ -46,13 +46,32 @@ def test_no_known_models_anywhere_lets_every_pod_through() -> None:
     assert {dispatch(pool, s, req()) for _ in range(2)} == {"a", "b"}
 
 
-def test_served_but_all_dead_is_a_503_no_healthy_endpoint() -> None:
+def test_served_but_never_scraped_and_dead_is_a_503_no_healthy_endpoint() -> None:
     pool = EndpointPool()
-    add_pod(pool, "a", failures=5, stale=True)
+    add_pod(pool, "a", failures=5, stale=True, scraped=False)
     with pytest.raises(OpenAIError) as ei:
         scheduler(pool).schedule(req())
     assert ei.value.status == 503
     assert ei.value.code == "no_healthy_endpoint"
+
+
+def test_every_pod_failing_its_scrapes_at_once_keeps_routing_degraded() -> None:
+    """Suspect yourself first: a whole pool failing its scrapes together is likelier this gateway's
+    own starved loop than every pod dying at once; real request failures eject the dead ones."""
+    pool = EndpointPool()
+    add_pod(pool, "a", failures=5, stale=True)
+    add_pod(pool, "b", failures=5, stale=True)
+    result = scheduler(pool).schedule(req())
+    assert {p.name for p in result.pods} == {"a", "b"}
+    assert result.degraded
+
+
+def test_one_dead_pod_among_live_ones_is_still_skipped() -> None:
+    pool = EndpointPool()
+    add_pod(pool, "dead", failures=5, stale=True)
+    add_pod(pool, "live")
+    s = scheduler(pool)
+    assert {s.schedule(req()).pods[0].name for _ in range(10)} == {"live"}
 
 
 def test_empty_pool_is_a_503() -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from cluster_gateway.observability import GatewayMetrics, tracer
 from cluster_gateway.pool import EndpointPool, PodState
-from cluster_gateway.proxy.admission import AdmissionQueue
+from cluster_gateway.request_path.admission import AdmissionQueue
 from cluster_gateway.scheduling.scheduler import Scheduler
 from cluster_gateway.scheduling.types import LLMRequest, ScheduleResult
 from common.openai_request import ParsedRequest

@@ -1,0 +1,101 @@
+"""The HTTP server both tiers run: uvicorn's httptools protocol with connection hygiene and JSON errors.
+
+uvicorn alone keeps a connection that never finishes its headers open forever (slowloris), keeps a
+connection that connects and sends nothing open forever, and answers a malformed request or its
+concurrency limit in text/plain. This protocol adds, per connection:
+
+- a header timeout: from the first byte of a request (or the connection's start) to the end of its
+  headers, `header_timeout_s`; past it the connection is closed (a keep-alive connection between
+  requests is governed by uvicorn's `timeout_keep_alive` instead);
+- a cap on open connections: the connection over `max_connections` gets a 503 JSON answer and is
+  closed at once, so a flood of sockets cannot exhaust file descriptors or memory;
+- OpenAI-format JSON for the parse errors uvicorn itself answers (400).
+
+httptools (llhttp, C) instead of h11 because the pure-Python parser was a visible share of the
+proxy's CPU at concurrency 64; `bench/throughput.py` measures the whole path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from common.errors import error_body
+
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+DEFAULT_MAX_CONNECTIONS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+
+
+def _json_response(status: int, reason: bytes, message: str, code: str) -> bytes:
+    body = msgspec.json.encode(
+        error_body(message, type="server_error" if status >= 500 else "invalid_request_error", code=code)
+    )
+    return (
+        b"HTTP/1.1 " + str(status).encode() + b" " + reason + b"\r\ncontent-type: application/json\r\n"
+        b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body
+    )
+
+
+_TOO_MANY = _json_response(
+    503,
+    b"Service Unavailable",
+    "Too many open connections to this server; retry later.",
+    "too_many_connections",
+)
+
+
+def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
+    """An `HttpToolsProtocol` class enforcing `limits` (pass as `uvicorn.Config(http=...)`)."""
+
+    class GuardedHttpToolsProtocol(HttpToolsProtocol):
+        _header_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            if len(self.connections) > limits.max_connections:
+                transport.write(_TOO_MANY)
+                transport.close()
+                return
+            self._arm()
+
+        def _arm(self) -> None:
+            if self._header_timer is None:
+                self._header_timer = self.loop.call_later(limits.header_timeout_s, self._headers_too_slow)
+
+        def _disarm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _headers_too_slow(self) -> None:
+            self._header_timer = None
+            if self.cycle is None or self.cycle.response_complete:  # no request being served
+                self.transport.close()
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._arm()
+
+        def on_headers_complete(self) -> None:
+            self._disarm()
+            super().on_headers_complete()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def send_400_response(self, msg: str) -> None:
+            self.transport.write(_json_response(400, b"Bad Request", msg, "invalid_http_request"))
+            self.transport.close()
+
+    return GuardedHttpToolsProtocol

@@ -1,0 +1,243 @@
+"""Keep-alive connection pools toward upstreams (pods, or cluster gateways), O(1) per request.
+
+Each upstream `host:port` has a `HostPool`: a LIFO deque of idle connections (the most recently
+used first, so the rest age out together and expire from the cold end), a count against the
+per-upstream cap, and a FIFO of requests waiting for a slot. Taking or returning a connection
+never scans the pool — the property httpx lacks (see `connection.py`).
+
+Idle connections expire after `idle_expiry_s`, shorter than the servers' own keep-alive timeouts
+(uvicorn, which vLLM and SGLang run on, closes idle connections after 5 s), so a request rarely
+meets a connection the server is just closing; when it does (a reused connection closes before
+any response byte) the request is sent once more on a fresh connection — the server never read it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import Iterable
+
+from common.upstream.connection import Connection, Response
+from common.upstream.errors import ConnectFailed, PoolTimeout, UpstreamClosed, UpstreamTimeout
+
+
+def _expire(fut: asyncio.Future[Connection | None]) -> None:
+    if not fut.done():
+        fut.set_exception(PoolTimeout("no free connection slot in time"))
+
+
+class HostPool:
+    """Connections to one `host:port`."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        max_connections: int = 1024,
+        connect_timeout_s: float = 2.0,
+        idle_expiry_s: float = 4.0,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.max_connections = max_connections
+        self.connect_timeout_s = connect_timeout_s
+        self.idle_expiry_s = idle_expiry_s
+        self._host_header = f"{host}:{port}".encode("latin-1")
+        self._idle: deque[Connection] = deque()
+        # a waiter gets an idle connection, or None: "a slot is yours, connect in it"
+        self._waiters: deque[asyncio.Future[Connection | None]] = deque()
+        self.open = 0  # connections counted against the cap (idle + busy + connecting)
+        self.closed = False
+
+    # --- request ---------------------------------------------------------------
+    def build_head(
+        self, method: bytes, target: bytes, headers: Iterable[tuple[bytes, bytes]], n: int
+    ) -> bytes:
+        parts = [method, b" ", target, b" HTTP/1.1\r\nhost: ", self._host_header, b"\r\n"]
+        for k, v in headers:
+            parts += (k, b": ", v, b"\r\n")
+        parts += (b"content-length: ", str(n).encode(), b"\r\n\r\n")
+        return b"".join(parts)
+
+    async def request(
+        self,
+        method: bytes,
+        target: bytes,
+        headers: Iterable[tuple[bytes, bytes]],
+        body: bytes = b"",
+        *,
+        head_timeout_s: float | None = None,
+    ) -> Response:
+        """Send a request; return once the response head arrived. Raises `UpstreamError`s.
+
+        `headers` must not include `host` or `content-length` (this pool writes both).
+        """
+        head = self.build_head(method, target, headers, len(body))
+        for attempt in (0, 1):
+            conn = await self._take()
+            reused = conn.requests > 0
+            try:
+                conn.send(head, body)
+                await conn.read_head(head_timeout_s)
+            except UpstreamClosed as exc:
+                conn.abort()
+                self.give_back(conn)
+                if reused and not exc.answered and attempt == 0:
+                    continue  # a keep-alive connection the server closed while idle
+                raise
+            except BaseException:
+                conn.abort()
+                self.give_back(conn)
+                raise
+            return Response(conn)
+        raise AssertionError("unreachable")
+
+    # --- slots ------------------------------------------------------------------
+    async def _take(self) -> Connection:
+        idle = self._idle
+        while idle:
+            conn = idle.pop()
+            if conn.closed:
+                continue
+            if time.monotonic() - conn.idle_since > self.idle_expiry_s:
+                # LIFO: everything older than this one has expired too
+                self._close_idle(conn)
+                while idle:
+                    self._close_idle(idle.popleft())
+                break
+            return conn
+        if self.open < self.max_connections:
+            self.open += 1
+            try:
+                return await self._connect()
+            except BaseException:
+                self.open -= 1
+                self._hand_slot()
+                raise
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Connection | None] = loop.create_future()
+        self._waiters.append(fut)
+        timer = loop.call_later(self.connect_timeout_s, _expire, fut)
+        try:
+            handed_conn = await fut
+        except BaseException:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                handed = fut.result()  # handed over just as we were cancelled: pass it on
+                if handed is None:
+                    self.open -= 1
+                    self._hand_slot()
+                else:
+                    self.give_back(handed)
+            raise
+        finally:
+            timer.cancel()
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(fut)
+        if handed_conn is None:  # a freed slot: connect within it
+            try:
+                return await self._connect()
+            except BaseException:
+                self.open -= 1
+                self._hand_slot()
+                raise
+        return handed_conn
+
+    async def _connect(self) -> Connection:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                _, conn = await loop.create_connection(lambda: Connection(self), self.host, self.port)
+        except TimeoutError:
+            raise ConnectFailed(f"connect to {self.host}:{self.port} timed out") from None
+        except OSError as exc:
+            raise ConnectFailed(f"cannot connect to {self.host}:{self.port}: {exc.strerror or exc}") from None
+        return conn
+
+    def give_back(self, conn: Connection) -> None:
+        """A request on `conn` is over: keep it for reuse when it can be, else free its slot."""
+        if conn.reusable and not self.closed:
+            while self._waiters:
+                fut = self._waiters.popleft()
+                if not fut.done():
+                    fut.set_result(conn)
+                    return
+            conn.mark_idle()
+            self._idle.append(conn)
+            return
+        conn.abort()
+        self._release_slot(conn)
+
+    def forget(self, conn: Connection) -> None:
+        """`conn` closed (called from `connection_lost`)."""
+        try:
+            self._idle.remove(conn)  # rare: an idle connection the server closed
+        except ValueError:
+            return  # busy or already released: its owner frees the slot in give_back()
+        self._release_slot(conn)
+
+    def _release_slot(self, conn: Connection) -> None:
+        if conn.slot_freed:
+            return
+        conn.slot_freed = True
+        self.open -= 1
+        self._hand_slot()
+
+    def _hand_slot(self) -> None:
+        """A slot freed: a waiter (if any) may open a connection in it."""
+        while self._waiters and self.open < self.max_connections:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                self.open += 1
+                fut.set_result(None)
+                return
+
+    def _close_idle(self, conn: Connection) -> None:
+        conn.abort()
+        self._release_slot(conn)
+
+    def close(self) -> None:
+        self.closed = True
+        while self._idle:
+            self._close_idle(self._idle.pop())
+
+    @property
+    def idle(self) -> int:
+        return len(self._idle)
+
+
+class UpstreamPools:
+    """A `HostPool` per upstream, created on first use; `retire()` drops pools of departed upstreams
+    once their in-flight requests can no longer be running."""
+
+    def __init__(
+        self, *, max_connections: int = 1024, connect_timeout_s: float = 2.0, idle_expiry_s: float = 4.0
+    ) -> None:
+        self._kw = {
+            "max_connections": max_connections,
+            "connect_timeout_s": connect_timeout_s,
+            "idle_expiry_s": idle_expiry_s,
+        }
+        self._pools: dict[tuple[str, int], HostPool] = {}
+
+    def get(self, host: str, port: int) -> HostPool:
+        key = (host, port)
+        pool = self._pools.get(key)
+        if pool is None:
+            pool = self._pools[key] = HostPool(host, port, **self._kw)  # type: ignore[arg-type]
+        return pool
+
+    def keep_only(self, live: set[tuple[str, int]]) -> None:
+        """Close the idle connections of upstreams not in `live` (busy ones close when released)."""
+        for key in [k for k in self._pools if k not in live]:
+            self._pools.pop(key).close()
+
+    def close(self) -> None:
+        for pool in self._pools.values():
+            pool.close()
+        self._pools.clear()
+
+
+__all__ = ["HostPool", "Response", "UpstreamPools", "UpstreamTimeout"]

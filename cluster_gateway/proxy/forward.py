@@ -29,7 +29,7 @@ from cluster_gateway.request_path.outliers import OutlierDetector
 from common.config.gateway import Proxy
 from common.errors import OpenAIError
 from common.retry_budget import RetryBudget
-from common.telemetry import inject_traceparent
+from common.telemetry import data_path_span, inject_traceparent
 from common.upstream import Response, UpstreamError, UpstreamPools
 
 log = logging.getLogger("fleetgate.gateway.proxy")
@@ -38,6 +38,7 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 _ERROR_BODY_LIMIT = 64 * 1024
 _JSON_TYPES = (b"application/json", b"application/problem+json")
+_TRACE_HEADERS = (b"traceparent", b"tracestate")
 
 
 class NoPodAnswered(OpenAIError):
@@ -118,16 +119,17 @@ class Forwarder:
             committed = False
             resp: Response | None = None
             try:
-                with tracer.start_as_current_span("gateway.forward") as span:
+                with data_path_span(tracer, "gateway.forward") as span:
                     span.set_attribute("fleetgate.pod", pod.name)
                     span.set_attribute("fleetgate.attempt", i + 1)
                     t0 = time.monotonic()
                     deadline = t0 + self.cfg.first_byte_timeout_s
                     attempt_headers = base_headers
                     tp: dict[str, str] = {}
-                    inject_traceparent(tp)  # the pod's parent span is this attempt
-                    if tp:
-                        attempt_headers = base_headers + [
+                    if span.is_recording():
+                        inject_traceparent(tp)  # the pod's parent span is this attempt
+                    if tp:  # replaces the client's trace headers
+                        attempt_headers = [h for h in base_headers if h[0] not in _TRACE_HEADERS] + [
                             (k.encode("latin-1"), v.encode("latin-1")) for k, v in tp.items()
                         ]
                     try:

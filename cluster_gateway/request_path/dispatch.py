@@ -17,6 +17,7 @@ from cluster_gateway.request_path.admission import AdmissionQueue
 from cluster_gateway.scheduling.scheduler import Scheduler
 from cluster_gateway.scheduling.types import LLMRequest, ScheduleResult
 from common.openai_request import ParsedRequest
+from common.telemetry import data_path_span
 
 
 @dataclass(slots=True)
@@ -64,7 +65,7 @@ class Dispatcher:
         Raises OpenAIError: 404 unknown model, 503 no usable endpoint, 429 shed by admission.
         """
         req = LLMRequest.from_parsed(parsed, headers)
-        with tracer.start_as_current_span("gateway.pick") as span:
+        with data_path_span(tracer, "gateway.pick") as span:
             span.set_attribute("fleetgate.model", req.model)
             t0 = time.monotonic()
             result = await self.admission.admit(

@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, Iterable
 from dataclasses import dataclass, field
 
-import httpx
 import msgspec
 from opentelemetry import trace
 
 from common.config.router import Failover
 from common.errors import OpenAIError, error_body
+from common.telemetry import data_path_span
+from common.upstream import Response, UpstreamError, UpstreamPools
 from global_router.dispatch_tracker import DispatchTracker
 from global_router.failover import ClusterHealth, RetryBudget
+from global_router.gateway_address import GatewayAddress, parse_gateway_url
 from global_router.headers import with_trace_context
 from global_router.metrics import OK, STREAM_BROKEN, UPSTREAM_ERROR, RouterMetrics
 from global_router.selection import Candidate
@@ -70,8 +72,7 @@ class Delivery:
     attempts: int
     body: bytes | None = None  # non-streaming
     first_chunk: bytes = b""
-    response: httpx.Response | None = None  # streaming: the open upstream response
-    chunks: AsyncIterator[bytes] | None = None  # ...and its raw byte iterator, first chunk taken
+    response: Response | None = None  # streaming: the open upstream response, first chunk taken
     usage: StreamUsage = field(default_factory=StreamUsage)
     used_tokens: int = 0
     outcome: str = OK
@@ -96,7 +97,7 @@ class _Retryable(Exception):
 class Forwarder:
     def __init__(
         self,
-        clients: Sequence[httpx.AsyncClient],
+        upstreams: UpstreamPools,
         cfg: Failover,
         *,
         health: ClusterHealth,
@@ -104,15 +105,23 @@ class Forwarder:
         tracker: DispatchTracker,
         metrics: RouterMetrics,
     ) -> None:
-        # Several pooled clients used in turn: httpcore scans its whole pool for every request, so one
-        # pool holding ~1k connections costs O(n) per request; K pools cut that by K, pooling intact.
-        self._clients = list(clients)
-        self._turn = 0
+        # One O(1) keep-alive pool per gateway (common.upstream): httpx's pool scans every pooled
+        # connection per request, which made a router in front of 2,000 streams collapse.
+        self._upstreams = upstreams
+        self._addresses: dict[str, GatewayAddress] = {}
         self._cfg = cfg
         self._health = health
         self._budget = budget
         self._tracker = tracker
         self._metrics = metrics
+
+    def _address(self, url: str) -> GatewayAddress:
+        addr = self._addresses.get(url)
+        if addr is None:
+            if len(self._addresses) > 4096:  # gateway URLs change rarely; bound the cache anyway
+                self._addresses.clear()
+            addr = self._addresses[url] = parse_gateway_url(url)
+        return addr
 
     async def open(self, candidates: list[Candidate], req: ForwardRequest) -> Delivery:
         """Try candidates in rank order until one answers; raises OpenAIError when none did."""
@@ -153,36 +162,42 @@ class Forwarder:
 
     async def _attempt(self, cand: Candidate, req: ForwardRequest) -> Delivery:
         cid = cand.cluster_id
-        url = cand.cluster.gateway_url.rstrip("/") + req.path
+        addr = self._address(cand.cluster.gateway_url)
         self._tracker.on_dispatch(cid, cand.cluster.seq)
         self._metrics.inflight.labels(cid).inc()
         started = time.perf_counter()
-        resp: httpx.Response | None = None
+        resp: Response | None = None
         handed_over = False
+        cfg = self._cfg
         try:
-            with tracer.start_as_current_span("router.forward") as span:
+            with data_path_span(tracer, "router.forward") as span:
                 span.set_attribute("fleetgate.cluster", cid)
                 span.set_attribute("fleetgate.traffic_class", req.traffic_class)
                 try:
-                    sent = with_trace_context(req.headers)  # this attempt's span is the parent
-                    self._turn = (self._turn + 1) % len(self._clients)
-                    client = self._clients[self._turn]
-                    request = client.build_request("POST", url, content=req.body, headers=sent)
-                    resp = await client.send(request, stream=True)
-                    status = resp.status_code
+                    sent = with_trace_context(req.headers) if span.is_recording() else req.headers
+                    pool = self._upstreams.get(addr.host, addr.port, addr.tls)
+                    resp = await pool.request(
+                        b"POST",
+                        addr.target(req.path),
+                        [(k.encode("latin-1"), v.encode("latin-1")) for k, v in sent.items()],
+                        req.body,
+                        head_timeout_s=cfg.first_byte_timeout_s,
+                    )
+                    deadline = started + cfg.first_byte_timeout_s
+                    status = resp.status
                     span.set_attribute("http.response.status_code", status)
+                    headers = downstream_headers(
+                        (k.decode("latin-1"), v.decode("latin-1")) for k, v in resp.headers
+                    )
                     # 404: the report said the cluster serves the model but its gateway no longer
                     # does (catalogue changed since) — another cluster may; not a health failure
                     if status in (404, 429) or status >= 500:
-                        body = await resp.aread()
+                        body = await resp.read(_remaining(deadline))
                         if status >= 500:
                             self._fail(cid)
-                        raise _Retryable(
-                            f"HTTP {status}", status, body, downstream_headers(resp.headers.items())
-                        )
-                    headers = downstream_headers(resp.headers.items())
+                        raise _Retryable(f"HTTP {status}", status, body, headers)
                     if not req.stream or status >= 400:
-                        body = await resp.aread()
+                        body = await resp.read(cfg.read_timeout_s)
                         self._metrics.ttfb_seconds.labels(cid).observe(time.perf_counter() - started)
                         used = usage_from_body(body) if status < 400 else 0
                         self._health.record_success(cid)
@@ -194,30 +209,23 @@ class Forwarder:
                             body=body,
                             used_tokens=used if used is not None else req.prompt_tokens,
                         )
-                    chunks = resp.aiter_raw()
-                    first = b""
-                    async for chunk in chunks:
-                        if chunk:
-                            first = chunk
-                            break
+                    first = await resp.next_chunk(_remaining(deadline))
                     self._metrics.ttfb_seconds.labels(cid).observe(time.perf_counter() - started)
                     if not first:
                         self._fail(cid)
                         raise _Retryable("empty stream")
-                    delivery = Delivery(
-                        cid, status, headers, 0, first_chunk=first, response=resp, chunks=chunks
-                    )
+                    delivery = Delivery(cid, status, headers, 0, first_chunk=first, response=resp)
                     delivery.usage.feed(first)
                     handed_over = True
                     return delivery
-                except httpx.HTTPError as exc:
+                except UpstreamError as exc:
                     self._fail(cid)
                     span.record_exception(exc)
-                    raise _Retryable(type(exc).__name__) from None
+                    raise _Retryable(f"{exc.kind}: {exc}") from None
         finally:
             if not handed_over:
                 if resp is not None:
-                    await resp.aclose()
+                    resp.release()
                 self._tracker.on_done(cid)
                 self._metrics.inflight.labels(cid).dec()
 
@@ -228,20 +236,18 @@ class Forwarder:
     async def stream(self, d: Delivery, prompt_tokens: int) -> AsyncGenerator[bytes, None]:
         """The stream's bytes for the client, first chunk included; a break ends with an SSE error."""
         yield d.first_chunk
-        assert d.chunks is not None
+        assert d.response is not None
+        idle = self._cfg.read_timeout_s
         try:
-            async for chunk in d.chunks:
+            while chunk := await d.response.next_chunk(idle):
                 d.usage.feed(chunk)
                 yield chunk
-        except httpx.HTTPError as exc:
+        except UpstreamError as exc:
             self._fail(d.cluster_id)
             d.outcome = STREAM_BROKEN
-            log.warning(
-                "stream from cluster %s broke after bytes were sent: %s", d.cluster_id, type(exc).__name__
-            )
+            log.warning("stream from cluster %s broke after bytes were sent: %s", d.cluster_id, exc)
             yield sse_error_tail(
-                f"The upstream cluster stopped responding mid-stream ({type(exc).__name__}); "
-                "the response is incomplete."
+                f"The upstream cluster stopped responding mid-stream ({exc.kind}); the response is incomplete."
             )
         else:
             self._health.record_success(d.cluster_id)
@@ -254,6 +260,10 @@ class Forwarder:
             return
         d._closed = True
         if d.response is not None:
-            await d.response.aclose()
+            d.response.release()
             self._tracker.on_done(d.cluster_id)
             self._metrics.inflight.labels(d.cluster_id).dec()
+
+
+def _remaining(deadline: float) -> float:
+    return max(0.001, deadline - time.perf_counter())

@@ -10,7 +10,6 @@ import logging
 import uuid
 from typing import Any
 
-import httpx
 import msgspec
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -19,6 +18,7 @@ from redis.backoff import NoBackoff
 from common.asgi import EmbeddedServer, listen_socket, server_config
 from common.config.loader import ConfigError
 from common.config.router import GlobalRouterConfig
+from common.upstream import UpstreamPools
 from global_router.app import RouterServices, build_app
 from global_router.capacity_server import CapacityServer
 from global_router.dispatch_tracker import DispatchTracker
@@ -31,9 +31,6 @@ from global_router.selection import ClusterSelector
 from global_router.tenants import TenantDirectory
 
 log = logging.getLogger("fleetgate.router")
-
-MAX_UPSTREAM_CONNECTIONS = 4096  # to all cluster gateways together
-UPSTREAM_POOLS = 16  # connection pools used in turn (see Forwarder)
 
 
 def redis_client(url: str, timeout_s: float) -> aioredis.Redis:
@@ -89,7 +86,7 @@ class GlobalRouter:
         self.tenants = TenantDirectory.from_config(cfg)
         self._with_capacity = capacity_server
         self.capacity: CapacityServer | None = None
-        self._clients: list[httpx.AsyncClient] = []
+        self._upstreams: UpstreamPools | None = None
         self._server: EmbeddedServer | None = None
         self.http_port = 0
         self.grpc_port = 0
@@ -113,27 +110,13 @@ class GlobalRouter:
                 self.capacity = CapacityServer(cap_cfg, self.fleet)
                 self.grpc_port = await self.capacity.start()
             f = self.cfg.failover
-            timeout = httpx.Timeout(
-                connect=f.connect_timeout_s,
-                read=f.read_timeout_s,
-                write=f.read_timeout_s,
-                pool=f.connect_timeout_s,
+            self._upstreams = UpstreamPools(
+                max_connections=f.max_connections_per_gateway,
+                connect_timeout_s=f.connect_timeout_s,
+                idle_expiry_s=f.idle_connection_s,
             )
-            per_pool = max(1, MAX_UPSTREAM_CONNECTIONS // UPSTREAM_POOLS)
-            self._clients = [
-                httpx.AsyncClient(
-                    limits=httpx.Limits(
-                        max_connections=per_pool,
-                        max_keepalive_connections=max(1, per_pool // 4),
-                        keepalive_expiry=30.0,
-                    ),
-                    timeout=timeout,
-                    trust_env=False,
-                )
-                for _ in range(UPSTREAM_POOLS)
-            ]
             forwarder = Forwarder(
-                self._clients,
+                self._upstreams,
                 f,
                 health=self.health,
                 budget=self.budget,
@@ -175,9 +158,9 @@ class GlobalRouter:
             self.capacity = None
         await self.limiter.stop()
         await self.fleet.stop()
-        for client in self._clients:
-            await client.aclose()
-        self._clients = []
+        if self._upstreams is not None:
+            self._upstreams.close()
+            self._upstreams = None
         if self.redis is not None:
             await self.redis.aclose()
 

@@ -99,7 +99,12 @@ class Failover(_Base, kw_only=True):
     min_retries: Annotated[int, Meta(ge=0)] = 5  # retries always allowed per window, however quiet
     retry_window_s: PositiveFloat = 10.0
     connect_timeout_s: PositiveFloat = 2.0
-    read_timeout_s: PositiveFloat = 600.0
+    # until the gateway's first body chunk: longer than a gateway's own queue wait plus its pod
+    # retries (10 s + 3 x 60 s by default), so the gateway, which can retry safely, decides first
+    first_byte_timeout_s: PositiveFloat = 200.0
+    read_timeout_s: PositiveFloat = 150.0  # the longest gap between two chunks once streaming
+    idle_connection_s: PositiveFloat = 60.0  # keep-alive reuse window (gateways keep 75 s)
+    max_connections_per_gateway: Annotated[int, Meta(ge=1)] = 8192
 
 
 class RateLimitSettings(_Base, kw_only=True):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -39,8 +40,10 @@ class HostPool:
         max_connections: int = 1024,
         connect_timeout_s: float = 2.0,
         idle_expiry_s: float = 4.0,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.host = host
+        self.ssl_context = ssl_context
         self.port = port
         self.max_connections = max_connections
         self.connect_timeout_s = connect_timeout_s
@@ -149,9 +152,17 @@ class HostPool:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.connect_timeout_s):
-                _, conn = await loop.create_connection(lambda: Connection(self), self.host, self.port)
+                _, conn = await loop.create_connection(
+                    lambda: Connection(self),
+                    self.host,
+                    self.port,
+                    ssl=self.ssl_context,
+                    server_hostname=self.host if self.ssl_context is not None else None,
+                )
         except TimeoutError:
             raise ConnectFailed(f"connect to {self.host}:{self.port} timed out") from None
+        except ssl.SSLError as exc:
+            raise ConnectFailed(f"TLS handshake with {self.host}:{self.port} failed: {exc}") from None
         except OSError as exc:
             raise ConnectFailed(f"cannot connect to {self.host}:{self.port}: {exc.strerror or exc}") from None
         return conn
@@ -213,25 +224,38 @@ class UpstreamPools:
     once their in-flight requests can no longer be running."""
 
     def __init__(
-        self, *, max_connections: int = 1024, connect_timeout_s: float = 2.0, idle_expiry_s: float = 4.0
+        self,
+        *,
+        max_connections: int = 1024,
+        connect_timeout_s: float = 2.0,
+        idle_expiry_s: float = 4.0,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        self._kw = {
-            "max_connections": max_connections,
-            "connect_timeout_s": connect_timeout_s,
-            "idle_expiry_s": idle_expiry_s,
-        }
-        self._pools: dict[tuple[str, int], HostPool] = {}
+        self.max_connections = max_connections
+        self.connect_timeout_s = connect_timeout_s
+        self.idle_expiry_s = idle_expiry_s
+        self._ssl = ssl_context
+        self._pools: dict[tuple[str, int, bool], HostPool] = {}
 
-    def get(self, host: str, port: int) -> HostPool:
-        key = (host, port)
+    def get(self, host: str, port: int, tls: bool = False) -> HostPool:
+        key = (host, port, tls)
         pool = self._pools.get(key)
         if pool is None:
-            pool = self._pools[key] = HostPool(host, port, **self._kw)  # type: ignore[arg-type]
+            if tls and self._ssl is None:
+                self._ssl = ssl.create_default_context()  # verifies certificates and host names
+            pool = self._pools[key] = HostPool(
+                host,
+                port,
+                max_connections=self.max_connections,
+                connect_timeout_s=self.connect_timeout_s,
+                idle_expiry_s=self.idle_expiry_s,
+                ssl_context=self._ssl if tls else None,
+            )
         return pool
 
     def keep_only(self, live: set[tuple[str, int]]) -> None:
         """Close the idle connections of upstreams not in `live` (busy ones close when released)."""
-        for key in [k for k in self._pools if k not in live]:
+        for key in [k for k in self._pools if k[:2] not in live]:
             self._pools.pop(key).close()
 
     def close(self) -> None:

@@ -25,6 +25,7 @@ from cluster_gateway.proxy.app import ProxyApp
 from cluster_gateway.proxy.forward import Forwarder
 from cluster_gateway.request_path.admission import AdmissionQueue
 from cluster_gateway.request_path.dispatch import Dispatcher
+from cluster_gateway.request_path.outliers import OutlierDetector
 from cluster_gateway.scheduling.scheduler import Scheduler
 from cluster_gateway.scheduling.types import ScheduleResult
 from common.asgi import EmbeddedServer, listen_socket, server_config
@@ -70,6 +71,13 @@ class ClusterGateway:
         )
         self.metrics.watch_pool(self.pool, lambda: len(self.admission))
         self.dispatcher = Dispatcher(self.pool, self.scheduler, self.admission, self.metrics)
+        # one outlier detector for both data paths: a pod failing behind Envoy is out of the
+        # proxy's picks too, and the reverse
+        self.outliers = OutlierDetector(
+            self.pool,
+            spec.proxy.outlier_detection,
+            on_eject=lambda _pod, reason, _s: self.metrics.ejections.labels(reason).inc(),
+        )
         self._background: list[tuple[str, BackgroundRun]] = [
             ("discovery", lambda: self.discovery.run(self.pool)),
             ("scraper", self.scraper.run),
@@ -116,7 +124,9 @@ class ClusterGateway:
             task = asyncio.create_task(self._supervise(name, run), name=f"gateway-{name}")
             self._tasks.append(task)
         pcfg = self.spec.proxy
-        forwarder = self._forwarder = Forwarder(self.pool, self.dispatcher, self.metrics, pcfg)
+        forwarder = self._forwarder = Forwarder(
+            self.pool, self.dispatcher, self.metrics, pcfg, outliers=self.outliers
+        )
         app = ProxyApp(self.pool, self.dispatcher, forwarder, self.metrics, pcfg)
         try:
             sock = listen_socket(self.host, self._port)
@@ -136,6 +146,8 @@ class ClusterGateway:
                     self.metrics,
                     self.spec.ext_proc,
                     max_body_bytes=pcfg.max_body_bytes,
+                    max_json_depth=pcfg.max_json_depth,
+                    outliers=self.outliers,
                 )
                 self._extproc = ExtProcServer(service)
                 self.extproc_port = await self._extproc.start(self.host, self._extproc_port)

@@ -13,6 +13,56 @@ from typing import Any
 
 from cluster_gateway.extproc.messages import LB_METADATA_NAMESPACE
 from cluster_gateway.request_path.headers import DESTINATION_HEADER
+from common.config.gateway import CircuitBreakers
+
+# Envoy's own replies (picker unreachable or overloaded, no healthy upstream, overflow, upstream
+# timeout) as OpenAI JSON instead of text/plain; a failed ext_proc call (a bare 500 — the picker
+# itself never answers 500) becomes a retryable 503. The picker's own immediate responses (its
+# 4xx/429/503 JSON, `/v1/models`) match neither mapper and pass unchanged.
+_ENVOY_ERROR_BODY: dict[str, Any] = {
+    "json_format": {
+        "error": {
+            "message": "%LOCAL_REPLY_BODY%",
+            "type": "server_error",
+            "param": None,
+            "code": "%RESPONSE_CODE_DETAILS%",
+        }
+    }
+}
+LOCAL_REPLY_CONFIG: dict[str, Any] = {
+    "mappers": [
+        {
+            "filter": {
+                "status_code_filter": {
+                    "comparison": {
+                        "op": "EQ",
+                        "value": {"default_value": 500, "runtime_key": "fleetgate.l500"},
+                    }
+                }
+            },
+            "status_code": 503,
+            "body_format_override": _ENVOY_ERROR_BODY,
+        },
+        {
+            "filter": {"response_flag_filter": {"flags": ["UH", "UF", "UO", "NR", "URX", "UT", "UC", "UR"]}},
+            "body_format_override": _ENVOY_ERROR_BODY,
+        },
+    ],
+}
+
+
+def circuit_breakers(cb: CircuitBreakers) -> dict[str, Any]:
+    return {
+        "thresholds": [
+            {
+                "priority": "DEFAULT",
+                "max_requests": cb.max_requests,
+                "max_pending_requests": cb.max_pending_requests,
+                "max_connections": cb.max_connections,
+                "max_retries": max(3, cb.max_requests // 10),
+            }
+        ]
+    }
 
 
 def envoy_bootstrap(
@@ -27,6 +77,7 @@ def envoy_bootstrap(
     upstream_timeout_s: float = 600.0,
     pods: list[tuple[str, int]] | None = None,
     retries: int = 2,
+    limits: CircuitBreakers | None = None,
 ) -> dict[str, Any]:
     """A static Envoy config (as a dict; dump it as YAML or JSON for `envoy -c`).
 
@@ -36,6 +87,7 @@ def envoy_bootstrap(
     metadata on connect-failure retries (in Kubernetes the pods would come from EDS instead).
     """
     full_duplex = body_mode == "FULL_DUPLEX_STREAMED"
+    breakers = circuit_breakers(limits or CircuitBreakers())
     ext_proc = {
         "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
         "grpc_service": {
@@ -51,6 +103,8 @@ def envoy_bootstrap(
             # Full duplex needs trailers sent so a body that ends with trailers still completes.
             "request_trailer_mode": "SEND" if full_duplex else "SKIP",
             "response_body_mode": "NONE",
+            # Keeps the ext_proc stream open until the response ends (with SKIP, Envoy closes it
+            # after the response headers and the pod's in-flight slot would be freed mid-stream).
             "response_trailer_mode": "SEND",
         },
     }
@@ -64,6 +118,7 @@ def envoy_bootstrap(
         "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
         "stat_prefix": "inference",
         "stream_idle_timeout": f"{upstream_timeout_s}s",
+        "local_reply_config": LOCAL_REPLY_CONFIG,
         "route_config": {
             "name": "inference",
             "virtual_hosts": [
@@ -106,11 +161,12 @@ def envoy_bootstrap(
                 }
             ],
             "clusters": [
-                _pods_cluster(pods),
+                {**_pods_cluster(pods), "circuit_breakers": breakers},
                 {
                     "name": "fleetgate-picker",
                     "type": "STATIC",
                     "connect_timeout": "2s",
+                    "circuit_breakers": breakers,
                     "typed_extension_protocol_options": {
                         "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
                             "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",

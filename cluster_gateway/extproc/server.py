@@ -29,9 +29,10 @@ from cluster_gateway.pool import EndpointPool, PodState
 from cluster_gateway.request_path.dispatch import Dispatcher, Pick
 from cluster_gateway.request_path.headers import DESTINATION_HEADER, is_internal
 from cluster_gateway.request_path.models_list import models_listing
-from common.config.gateway import ExtProc
+from cluster_gateway.request_path.outliers import OutlierDetector
+from common.config.gateway import ExtProc, OutlierDetection
 from common.errors import OpenAIError, bad_request
-from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, parse_request
+from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, MAX_JSON_DEPTH, parse_request
 from common.telemetry import extract_context
 
 log = logging.getLogger("fleetgate.gateway.extproc")
@@ -70,12 +71,17 @@ class PickerService(pb_grpc.ExternalProcessorServicer):
         cfg: ExtProc,
         *,
         max_body_bytes: int,
+        max_json_depth: int = MAX_JSON_DEPTH,
+        outliers: OutlierDetector | None = None,
     ) -> None:
         self.pool = pool
         self.dispatcher = dispatcher
         self.metrics = metrics
         self.fallbacks = cfg.fallback_endpoints
         self.max_body = max_body_bytes
+        self.max_depth = max_json_depth
+        # outcomes seen in the response headers feed the gateway's outlier detection
+        self.outliers = outliers or OutlierDetector(pool, OutlierDetection())
 
     async def Process(
         self, request_iterator: AsyncIterator[pb.ProcessingRequest], context: grpc.aio.ServicerContext
@@ -143,7 +149,7 @@ class PickerService(pb_grpc.ExternalProcessorServicer):
         st.picked = True
         raw = b"".join(st.body)
         try:
-            parsed = parse_request(raw, st.path)
+            parsed = parse_request(raw, st.path, self.max_depth)
             sched_headers = {
                 k: v for k, v in st.headers.items() if not k.startswith(":") and not is_internal(k)
             }
@@ -155,14 +161,15 @@ class PickerService(pb_grpc.ExternalProcessorServicer):
         except OpenAIError as err:
             self.metrics.request_done("-", "-", SHED if err.status == 429 else REJECTED)
             return [msg.immediate_error(err)]
-        pod = pick.pods[0]
+        ranked = self.outliers.rank(pick.pods)
+        pod = ranked[0]
         st.pick, st.pod = pick, pod
         self.dispatcher.dispatched(pick, pod)
         st.dispatched_at = time.monotonic()
         # The header names one endpoint: Envoy's ORIGINAL_DST cluster cannot parse a list (it
         # answers 503 "no healthy upstream"). The `envoy.lb` metadata carries the pick plus the
         # ranked fallbacks (`ip:port,ip:port`) for LB policies that fail over (override_host).
-        endpoints = ",".join(p.endpoint.hostport for p in pick.pods[: 1 + self.fallbacks])
+        endpoints = ",".join(p.endpoint.hostport for p in ranked[: 1 + self.fallbacks])
         set_headers = {DESTINATION_HEADER: pod.endpoint.hostport}
         remove = [h for h in self._internal_headers(st) if h != DESTINATION_HEADER]
         md = msg.destination_metadata(endpoints)
@@ -186,6 +193,11 @@ class PickerService(pb_grpc.ExternalProcessorServicer):
     def _on_response_headers(self, st: _Stream, headers: pb.HttpHeaders) -> list[pb.ProcessingResponse]:
         status = msg.header_map(headers).get(":status", "0")
         st.status = int(status) if status.isdigit() else 0
+        if st.pod is not None:  # Envoy's own 503 (connect failure) counts against the pod too
+            if st.status >= 500:
+                self.outliers.failure(st.pod, gateway=st.status in (502, 503, 504))
+            elif st.status:
+                self.outliers.success(st.pod)
         if st.pod is not None and st.dispatched_at:
             self.metrics.ttft.labels(st.pod.name).observe(time.monotonic() - st.dispatched_at)
         if headers.end_of_stream:

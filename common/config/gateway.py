@@ -153,10 +153,23 @@ class Proxy(_Base, kw_only=True):
     retry_budget: RetryBudget = msgspec.field(default_factory=RetryBudget)
 
 
+class CircuitBreakers(_Base, kw_only=True):
+    """Envoy circuit-breaker thresholds for the picker and model-server clusters.
+
+    Envoy's defaults (1,024 requests, 1,024 pending) are a cliff here: every request holds its
+    ext_proc stream to the picker for its whole life, so the 1,025th concurrent stream got a bare
+    500 (`upstream_rq_active_overflow`). Size them above the concurrency the pool can hold."""
+
+    max_requests: Annotated[int, Meta(ge=1)] = 100_000
+    max_pending_requests: Annotated[int, Meta(ge=1)] = 100_000
+    max_connections: Annotated[int, Meta(ge=1)] = 100_000
+
+
 class ExtProc(_Base, kw_only=True):
     enabled: bool = False
     port: Port = 9002
     fallback_endpoints: Annotated[int, Meta(ge=0, le=8)] = 2  # extra ip:port entries after the pick
+    circuit_breakers: CircuitBreakers = msgspec.field(default_factory=CircuitBreakers)
 
 
 class GlobalRouterLink(_Base, kw_only=True):

@@ -148,7 +148,7 @@ class CapacityInfo(_Base, kw_only=True):
 
 
 class GatewaySpec(_Base, kw_only=True):
-    cluster_id: str = "local"
+    cluster_id: Annotated[str, Meta(min_length=1)] = "local"  # the router binds an agent token to it
     region: str = "local"
     zone: str = ""
     host: str = "127.0.0.1"

@@ -117,6 +117,10 @@ class ExtProc(_Base, kw_only=True):
     enabled: bool = False
     port: Port = 9002
     fallback_endpoints: Annotated[int, Meta(ge=0, le=8)] = 2  # extra ip:port entries after the pick
+    # TLS on the ext_proc port (PEM files, set together): Envoy AI Gateway always connects to an
+    # InferencePool's endpoint picker over TLS, as the reference picker serves by default.
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
 
 
 class GlobalRouterLink(_Base, kw_only=True):

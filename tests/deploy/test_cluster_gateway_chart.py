@@ -22,11 +22,12 @@ TEMPLATES = {
     "NOTES.txt",
     "configmap.yaml",
     "deployment.yaml",
-    "envoy-gateway.yaml",
+    "inference-gateway.yaml",
     "fleetgategateway.yaml",
     "pdb.yaml",
     "rbac.yaml",
     "secret-agent-token.yaml",
+    "secret-extproc-tls.yaml",
     "service.yaml",
     "serviceaccount.yaml",
     "servicemonitor.yaml",
@@ -105,7 +106,9 @@ def test_default_values_validate_and_are_a_valid_gateway_config() -> None:
         {"gateway": {"discovery": {"kubernetes": {}}, "bogus": 1}},
         {"gateway": {"clusterId": "x"}},
         {"service": {"type": "ExternalName"}},
-        {"envoyGateway": {"inferencePool": {"failureMode": "Maybe"}}},
+        {"inferenceGateway": {"inferencePool": {"failureMode": "Maybe"}}},
+        {"envoyGateway": {"enabled": True}},
+        {"inferenceGateway": {"implementation": "envoy-gateway"}},
         {"replicas": 3},
         {"envoygateway": {"enabled": True}},
         {"gateway": {**_values()["gateway"], "clusterId": ""}},
@@ -125,6 +128,8 @@ def test_default_values_validate_and_are_a_valid_gateway_config() -> None:
         "no-discovery",
         "service-type",
         "failure-mode",
+        "old-envoy-gateway-key",
+        "plain-envoy-gateway",
         "top-level-typo",
         "envoygateway-typo",
         "empty-cluster-id",
@@ -319,33 +324,6 @@ def test_trial_token_value_creates_the_secret() -> None:
 def test_router_link_without_a_token_fails_with_a_clear_message() -> None:
     with pytest.raises(RenderError, match=r"agentToken\.existingSecret"):
         render(GATEWAY_CHART, _gateway_values(**ROUTER_LINK))
-
-
-def test_envoy_gateway_option_renders_an_inference_pool_picked_by_our_ext_proc() -> None:
-    values = {**_gateway_values(extProc={"enabled": False}), "envoyGateway": {"enabled": True}}
-    docs = render(GATEWAY_CHART, values, namespace="inference")
-    pool = one(docs, "InferencePool")
-    assert pool["apiVersion"] == "inference.networking.k8s.io/v1"
-    assert pool["spec"]["selector"] == {"matchLabels": {"app": "vllm"}}
-    assert pool["spec"]["targetPorts"] == [{"number": 8000}]
-    service = one(docs, "Service")
-    assert pool["spec"]["endpointPickerRef"] == {
-        "name": service["metadata"]["name"],
-        "port": {"number": 9002},
-        "failureMode": "FailOpen",
-    }
-    route = one(docs, "HTTPRoute")
-    (backend,) = route["spec"]["rules"][0]["backendRefs"]
-    assert backend == {
-        "group": "inference.networking.k8s.io",
-        "kind": "InferencePool",
-        "name": pool["metadata"]["name"],
-    }
-    assert route["spec"]["parentRefs"][0]["name"] == one(docs, "Gateway")["metadata"]["name"]
-    spec = load_config_data(yaml.safe_load(one(docs, "ConfigMap")["data"]["gateway.yaml"]), GatewaySpec)
-    assert spec.ext_proc.enabled, "the picker must be on when Envoy uses it"
-    assert spec.discovery.kubernetes is not None
-    assert spec.discovery.kubernetes.inference_pool == pool["metadata"]["name"]
 
 
 def test_service_monitor_is_optional() -> None:

@@ -14,7 +14,7 @@ module "spec" {
   zone                  = var.zone
   public_url            = var.public_url
   discovery             = var.discovery
-  ext_proc_enabled      = var.ext_proc_enabled || var.envoy_gateway.enabled
+  ext_proc_enabled      = var.ext_proc_enabled || var.inference_gateway.enabled
   global_router_address = local.router_address
   global_router_tls     = local.router_tls
   capacity              = var.capacity
@@ -58,12 +58,13 @@ resource "helm_release" "this" {
     gateway          = module.spec.spec
     agentToken       = { existingSecret = local.reports_to_route ? local.token_secret : "", key = "token" }
     service          = { type = var.service.type, annotations = var.service.annotations }
-    envoyGateway = {
-      enabled          = var.envoy_gateway.enabled
-      gatewayClassName = var.envoy_gateway.gateway_class_name
+    inferenceGateway = {
+      enabled   = var.inference_gateway.enabled
+      routeKind = var.inference_gateway.route_kind
+      gateway   = { className = var.inference_gateway.gateway_class_name }
       inferencePool = {
-        matchLabels = var.envoy_gateway.match_labels
-        targetPort  = var.envoy_gateway.target_port
+        matchLabels = var.inference_gateway.match_labels
+        targetPort  = var.inference_gateway.target_port
       }
     }
   })], var.extra_values)

@@ -85,15 +85,20 @@ variable "ext_proc_enabled" {
   default     = true
 }
 
-variable "envoy_gateway" {
-  description = "Render an Envoy Gateway Gateway + HTTPRoute to an InferencePool picked by this gateway (needs Envoy Gateway installed)."
+variable "inference_gateway" {
+  description = "Render an Envoy AI Gateway route (Gateway + HTTPRoute or AIGatewayRoute) to an InferencePool picked by this gateway over TLS (needs Envoy Gateway with the AI Gateway extension)."
   type = object({
     enabled            = optional(bool, false)
+    route_kind         = optional(string, "HTTPRoute")
     gateway_class_name = optional(string, "eg")
     match_labels       = optional(map(string), { app = "vllm" })
     target_port        = optional(number, 8000)
   })
   default = {}
+  validation {
+    condition     = contains(["HTTPRoute", "AIGatewayRoute"], var.inference_gateway.route_kind)
+    error_message = "inference_gateway.route_kind must be HTTPRoute or AIGatewayRoute."
+  }
 }
 
 variable "global_router" {

@@ -11,7 +11,7 @@ variable "namespace" {
 }
 
 variable "create_namespace" {
-  description = "Create the namespace if it does not exist."
+  description = "Create the namespace. Set false when something else owns it (the multi-region example creates each namespace once, for the router and the gateway that share a cluster)."
   type        = bool
   default     = true
 }
@@ -129,6 +129,28 @@ variable "service" {
     condition     = contains(["ClusterIP", "NodePort", "LoadBalancer"], var.service.type)
     error_message = "service.type must be ClusterIP, NodePort or LoadBalancer."
   }
+}
+
+variable "public_service" {
+  description = "A Service of its own for the router to reach this gateway (usually an internal LoadBalancer); its address becomes publicUrl unless public_url is set."
+  type = object({
+    enabled     = optional(bool, false)
+    type        = optional(string, "LoadBalancer")
+    annotations = optional(map(string), {})
+    port        = optional(number, 8080)
+    scheme      = optional(string, "http")
+  })
+  default = {}
+  validation {
+    condition     = contains(["NodePort", "LoadBalancer"], var.public_service.type)
+    error_message = "public_service.type must be LoadBalancer or NodePort."
+  }
+}
+
+variable "wait_for_ready" {
+  description = "Let Helm wait (atomic) until the gateway pods are Ready. A gateway is Ready only with a ready model pod, so keep false unless the models are already running."
+  type        = bool
+  default     = false
 }
 
 variable "capacity" {

@@ -43,17 +43,17 @@ override_data {
 }
 
 override_resource {
-  target = module.gateway_us.kubernetes_service_v1.public[0]
+  target = module.gateway_us.kubernetes_service_v1.public
   values = { status = [{ load_balancer = [{ ingress = [{ hostname = "gw.elb.us-east-1.amazonaws.com", ip = "" }] }] }] }
 }
 
 override_resource {
-  target = module.gateway_eu.kubernetes_service_v1.public[0]
+  target = module.gateway_eu.kubernetes_service_v1.public
   values = { status = [{ load_balancer = [{ ingress = [{ hostname = "gw.elb.eu-west-1.amazonaws.com", ip = "" }] }] }] }
 }
 
 override_resource {
-  target = module.gateway_ap.kubernetes_service_v1.public[0]
+  target = module.gateway_ap.kubernetes_service_v1.public
   values = { status = [{ load_balancer = [{ ingress = [{ hostname = "", ip = "10.30.0.7" }] }] }] }
 }
 

@@ -19,7 +19,7 @@ from cluster_gateway.pool import EndpointPool
 from common.config import load_config_data
 from common.config.gateway import GatewaySpec
 from tests.cluster_gateway.extproc.conftest import add_pod, start_picker
-from tests.deploy.charts import GATEWAY_CHART, RenderError, kinds, notes, one, render
+from tests.deploy.charts import GATEWAY_CHART, RenderError, kinds, lint, notes, one, render
 from tests.deploy.k8s_schema import validator
 
 CRDS = Path(__file__).parent / "crds"
@@ -66,6 +66,11 @@ def test_stored_crds_are_the_versions_the_chart_renders() -> None:
     }
     readme = (CRDS / "README.md").read_text()
     assert all(path.name in readme for path in CRDS.glob("*.yaml")), "each stored CRD names its source"
+
+
+def test_chart_lints_clean_with_the_inference_gateway() -> None:
+    assert lint(GATEWAY_CHART, ON) == []
+    assert lint(GATEWAY_CHART, {"inferenceGateway": {"enabled": True, "routeKind": "AIGatewayRoute"}}) == []
 
 
 def test_httproute_variant_passes_the_upstream_crds() -> None:

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import jsonschema
 import pytest
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -20,28 +19,31 @@ from common.config import load_config_data
 from common.config.gateway import GatewaySpec
 from tests.cluster_gateway.extproc.conftest import add_pod, start_picker
 from tests.deploy.charts import GATEWAY_CHART, RenderError, kinds, lint, notes, one, render
+from tests.deploy.k8s_cel import cel_check
 from tests.deploy.k8s_schema import validator
 
 CRDS = Path(__file__).parent / "crds"
 ON = {"inferenceGateway": {"enabled": True}}
 
 
-def _crd_validators() -> dict[tuple[str, str], jsonschema.Draft4Validator]:
+def _crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
     out = {}
     for path in sorted(CRDS.glob("*.yaml")):
         crd = yaml.safe_load(path.read_text())
         for version in crd["spec"]["versions"]:
             api = f"{crd['spec']['group']}/{version['name']}"
-            out[(api, crd["spec"]["names"]["kind"])] = validator(version["schema"]["openAPIV3Schema"])
+            out[(api, crd["spec"]["names"]["kind"])] = version["schema"]["openAPIV3Schema"]
     return out
 
 
-VALIDATORS = _crd_validators()
+SCHEMAS = _crd_schemas()
+VALIDATORS = {key: validator(schema) for key, schema in SCHEMAS.items()}
 
 
-def _check_against_crds(docs: list[dict[str, Any]]) -> list[str]:
-    """Every non-core object must have an upstream CRD here and pass it (unknown fields included)."""
-    checked = []
+def _check_against_crds(docs: list[dict[str, Any]]) -> dict[str, int]:
+    """Every non-core object must have an upstream CRD here and pass it: its OpenAPI schema (unknown
+    fields included) and its CEL rules. Returns kind -> CEL rules evaluated."""
+    checked: dict[str, int] = {}
     for doc in docs:
         if doc["apiVersion"] in ("v1", "apps/v1", "policy/v1", "rbac.authorization.k8s.io/v1"):
             continue
@@ -53,8 +55,10 @@ def _check_against_crds(docs: list[dict[str, Any]]) -> list[str]:
             f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in VALIDATORS[key].iter_errors(doc)
         ]
         assert errors == [], (key, errors)
-        checked.append(doc["kind"])
-    return sorted(checked)
+        violations, evaluated = cel_check(SCHEMAS[key], doc)
+        assert violations == [], (key, violations)
+        checked[doc["kind"]] = evaluated
+    return checked
 
 
 def test_stored_crds_are_the_versions_the_chart_renders() -> None:
@@ -75,7 +79,9 @@ def test_chart_lints_clean_with_the_inference_gateway() -> None:
 
 def test_httproute_variant_passes_the_upstream_crds() -> None:
     docs = render(GATEWAY_CHART, ON, namespace="inference")
-    assert _check_against_crds(docs) == ["Gateway", "HTTPRoute", "InferencePool"]
+    cel = _check_against_crds(docs)
+    assert sorted(cel) == ["Gateway", "HTTPRoute", "InferencePool"]
+    assert cel["HTTPRoute"] >= 10 and cel["Gateway"] >= 3, cel
     pool = one(docs, "InferencePool")
     service = one(docs, "Service")
     assert pool["spec"]["endpointPickerRef"] == {
@@ -112,7 +118,9 @@ def test_aigatewayroute_variant_on_an_existing_gateway_passes_the_upstream_crds(
         }
     }
     docs = render(GATEWAY_CHART, values, namespace="inference")
-    assert _check_against_crds(docs) == ["AIGatewayRoute", "InferencePool"]
+    cel = _check_against_crds(docs)
+    assert sorted(cel) == ["AIGatewayRoute", "InferencePool"]
+    assert cel["AIGatewayRoute"] >= 5, cel
     route = one(docs, "AIGatewayRoute")
     assert route["spec"]["parentRefs"] == [
         {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "shared", "namespace": "gateways"}
@@ -137,6 +145,16 @@ def test_a_bad_field_in_a_rendered_resource_is_caught_by_the_crd_check() -> None
     route = one(render(GATEWAY_CHART, ON), "HTTPRoute")
     route["spec"]["rules"][0]["backendRefs"][0]["weigth"] = 1
     assert list(VALIDATORS[("gateway.networking.k8s.io/v1", "HTTPRoute")].iter_errors(route))
+
+
+def test_a_broken_cel_rule_is_caught() -> None:
+    """AI Gateway allows one InferencePool backend per rule: the CEL check must see a second one."""
+    docs = render(GATEWAY_CHART, {"inferenceGateway": {"enabled": True, "routeKind": "AIGatewayRoute"}})
+    route = one(docs, "AIGatewayRoute")
+    refs = route["spec"]["rules"][0]["backendRefs"]
+    refs.append({**refs[0], "name": "another-pool"})
+    violations, _ = cel_check(SCHEMAS[("aigateway.envoyproxy.io/v1beta1", "AIGatewayRoute")], route)
+    assert [v.message for v in violations] == ["only one InferencePool backend is allowed per rule"]
 
 
 def test_only_the_validated_implementation_renders() -> None:

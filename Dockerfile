@@ -1,8 +1,11 @@
 # syntax=docker/dockerfile:1
 # Fleetgate: one image for every role (`fleetgate gateway | global-router | sim | demo | bench`).
 # Build: docker build -t fleetgate:dev .
+# Base image: any Debian-like image with Python 3.11+ and `python -m venv` (a mirror, or one built
+# locally, for hosts without Docker Hub): docker build --build-arg BASE_IMAGE=my/python:3.11 .
+ARG BASE_IMAGE=python:3.11-slim
 
-FROM python:3.11-slim AS build
+FROM ${BASE_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/fleetgate
@@ -18,7 +21,7 @@ COPY fleetgate ./fleetgate
 RUN /opt/fleetgate/bin/pip install . \
  && /opt/fleetgate/bin/fleetgate --help >/dev/null
 
-FROM python:3.11-slim AS runtime
+FROM ${BASE_IMAGE} AS runtime
 LABEL org.opencontainers.image.title="fleetgate" \
       org.opencontainers.image.description="GPU-aware two-tier inference gateway for OpenAI-compatible model servers" \
       org.opencontainers.image.licenses="Apache-2.0"

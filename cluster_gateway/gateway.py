@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 from cluster_gateway.agent import CapacityAgent, load_agent_token
 from cluster_gateway.discovery import build_discovery
 from cluster_gateway.extproc.server import ExtProcServer, PickerService
+from cluster_gateway.extproc.tls import server_credentials
 from cluster_gateway.metrics.scraper import Scraper
 from cluster_gateway.observability import GatewayMetrics
 from cluster_gateway.pool import EndpointPool
@@ -149,7 +150,7 @@ class ClusterGateway:
                     max_json_depth=pcfg.max_json_depth,
                     outliers=self.outliers,
                 )
-                self._extproc = ExtProcServer(service)
+                self._extproc = ExtProcServer(service, server_credentials(self.spec.ext_proc))
                 self.extproc_port = await self._extproc.start(self.host, self._extproc_port)
                 log.info("ext_proc endpoint picker listening on %s:%d", self.host, self.extproc_port)
         except BaseException:

@@ -231,8 +231,9 @@ def _echo(body: pb.HttpBody) -> Iterator[pb.ProcessingResponse]:
 class ExtProcServer:
     """A grpc.aio server hosting the picker and the standard gRPC health service."""
 
-    def __init__(self, service: PickerService) -> None:
+    def __init__(self, service: PickerService, credentials: grpc.ServerCredentials | None = None) -> None:
         self.service = service
+        self.credentials = credentials  # TLS when set (extproc/tls.py builds it from extProc.tls*)
         self._server: grpc.aio.Server | None = None
         self.port = 0
 
@@ -241,7 +242,9 @@ class ExtProcServer:
         pb_grpc.add_ExternalProcessorServicer_to_server(self.service, server)
         hs = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(hs, server)
-        self.port = server.add_insecure_port(f"{host}:{port}")
+        address = f"{host}:{port}"
+        creds = self.credentials
+        self.port = server.add_secure_port(address, creds) if creds else server.add_insecure_port(address)
         if self.port == 0:
             raise OSError(f"cannot bind the ext_proc server to {host}:{port}")
         await server.start()

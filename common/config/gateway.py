@@ -170,6 +170,10 @@ class ExtProc(_Base, kw_only=True):
     port: Port = 9002
     fallback_endpoints: Annotated[int, Meta(ge=0, le=8)] = 2  # extra ip:port entries after the pick
     circuit_breakers: CircuitBreakers = msgspec.field(default_factory=CircuitBreakers)
+    # TLS on the ext_proc port (PEM files, set together): Envoy AI Gateway always connects to an
+    # InferencePool's endpoint picker over TLS, as the reference picker serves by default.
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
 
 
 class GlobalRouterLink(_Base, kw_only=True):
@@ -201,7 +205,7 @@ class CapacityInfo(_Base, kw_only=True):
 
 
 class GatewaySpec(_Base, kw_only=True):
-    cluster_id: str = "local"
+    cluster_id: Annotated[str, Meta(min_length=1)] = "local"  # the router binds an agent token to it
     region: str = "local"
     zone: str = ""
     host: str = "127.0.0.1"

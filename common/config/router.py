@@ -31,7 +31,7 @@ class RedisConfig(_Base, kw_only=True):
 class AgentAuth(_Base, kw_only=True):
     """A cluster allowed to report; its bearer token is stored as a SHA-256 hex digest only."""
 
-    cluster_id: str
+    cluster_id: Annotated[str, Meta(min_length=1)]
     token_sha256: Annotated[str, Meta(pattern="^[0-9a-f]{64}$")]
 
 

@@ -7,7 +7,8 @@ ROOT="$(cd "$KIND_DIR/../.." && pwd)"
 STATE="${FLEETGATE_KIND_STATE:-$KIND_DIR/.state}"
 REGIONS=(${FLEETGATE_KIND_REGIONS:-us eu ap})
 ROUTER_REGION="${FLEETGATE_KIND_ROUTER_REGION:-us}"
-IMAGE="${FLEETGATE_KIND_IMAGE:-fleetgate:kind}"
+IMAGE_REPO="${FLEETGATE_KIND_IMAGE_REPO:-fleetgate}"
+IMAGE=""   # set by build_image: $IMAGE_REPO:kind-<content hash>
 NAMESPACE=fleetgate
 MODEL="${FLEETGATE_KIND_MODEL:-meta-llama/Llama-3.1-8B-Instruct}"
 ROUTER_HOST_PORT="${FLEETGATE_KIND_ROUTER_PORT:-18000}"   # global endpoint on the host: 127.0.0.1:PORT
@@ -36,3 +37,29 @@ node_ip() {
 
 sha256() { printf '%s' "$1" | sha256sum | cut -d' ' -f1; }
 random_secret() { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
+
+# The tag names the image's content (its config digest), so a re-run after a code change deploys a new
+# tag and the pods roll; an unchanged tree rebuilds from cache to the same tag and nothing restarts.
+content_tag() {
+  local id
+  id="$(docker image inspect -f '{{.Id}}' "$1")" || die "no image $1"
+  id="${id#sha256:}"
+  [[ "$id" =~ ^[0-9a-f]{12,}$ ]] || die "unexpected image id for $1: $id"
+  printf '%s:kind-%s' "$IMAGE_REPO" "${id:0:12}"
+}
+
+build_image() {
+  docker build -q ${FLEETGATE_KIND_BASE_IMAGE:+--build-arg BASE_IMAGE="$FLEETGATE_KIND_BASE_IMAGE"} \
+    -t "$IMAGE_REPO:kind-build" "$ROOT" >/dev/null
+  IMAGE="$(content_tag "$IMAGE_REPO:kind-build")"
+  docker tag "$IMAGE_REPO:kind-build" "$IMAGE"
+}
+
+# kind's load of a docker-image fails on Docker's containerd image store (kubernetes-sigs/kind#3795);
+# an archive loads on every store.
+load_image() {
+  local archive="$STATE/image.tar"
+  docker save -o "$archive" "$IMAGE"
+  kind load image-archive "$archive" --name "$1"
+  rm -f "$archive"
+}

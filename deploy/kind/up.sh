@@ -7,8 +7,9 @@ need_tools
 mkdir -p "$STATE"
 chmod 700 "$STATE"
 
-log "building image $IMAGE"
-docker build -q -t "$IMAGE" "$ROOT" >/dev/null
+log "building image $IMAGE_REPO"
+build_image
+log "image $IMAGE"
 
 for region in "${REGIONS[@]}"; do
   name="$(cluster "$region")"
@@ -31,7 +32,7 @@ YAML
       kind create cluster --name "$name" --wait 120s
     fi
   fi
-  kind load docker-image "$IMAGE" --name "$name"
+  load_image "$name"
   kubectl --context "$(ctx "$region")" create namespace "$NAMESPACE" --dry-run=client -o yaml |
     kubectl --context "$(ctx "$region")" apply -f - >/dev/null
 done

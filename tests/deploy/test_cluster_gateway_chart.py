@@ -22,11 +22,12 @@ TEMPLATES = {
     "NOTES.txt",
     "configmap.yaml",
     "deployment.yaml",
-    "envoy-gateway.yaml",
+    "inference-gateway.yaml",
     "fleetgategateway.yaml",
     "pdb.yaml",
     "rbac.yaml",
     "secret-agent-token.yaml",
+    "secret-extproc-tls.yaml",
     "service.yaml",
     "serviceaccount.yaml",
     "servicemonitor.yaml",
@@ -105,13 +106,87 @@ def test_default_values_validate_and_are_a_valid_gateway_config() -> None:
         {"gateway": {"discovery": {"kubernetes": {}}, "bogus": 1}},
         {"gateway": {"clusterId": "x"}},
         {"service": {"type": "ExternalName"}},
-        {"envoyGateway": {"inferencePool": {"failureMode": "Maybe"}}},
+        {"inferenceGateway": {"inferencePool": {"failureMode": "Maybe"}}},
+        {"envoyGateway": {"enabled": True}},
+        {"inferenceGateway": {"implementation": "envoy-gateway"}},
+        {"replicas": 3},
+        {"envoygateway": {"enabled": True}},
+        {"gateway": {**_values()["gateway"], "clusterId": ""}},
+        {"gateway": {**_values()["gateway"], "clusterId": "Us_East"}},
+        {"gateway": {**_values()["gateway"], "publicUrl": "gateway.example.com:8080"}},
+        {"gateway": {**_values()["gateway"], "discovery": {"static": {"endpoints": ["not a url"]}}}},
+        {"gateway": {**_values()["gateway"], "discovery": {"static": {"endpoints": [{"url": "10.0.0.1"}]}}}},
+        {"gateway": {**_values()["gateway"], "globalRouter": {"address": "http://router:50051"}}},
+        {"resources": {"limit": {"memory": "1Gi"}}},
+        {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone"}]},
+        {"topologySpread": {"maxskew": 2}},
     ],
-    ids=["port", "engine", "unknown-field", "no-discovery", "service-type", "failure-mode"],
+    ids=[
+        "port",
+        "engine",
+        "unknown-field",
+        "no-discovery",
+        "service-type",
+        "failure-mode",
+        "old-envoy-gateway-key",
+        "plain-envoy-gateway",
+        "top-level-typo",
+        "envoygateway-typo",
+        "empty-cluster-id",
+        "cluster-id-not-a-label",
+        "public-url-no-scheme",
+        "static-not-a-url",
+        "static-object-not-a-url",
+        "router-address-url",
+        "resources-typo",
+        "spread-incomplete",
+        "spread-typo",
+    ],
 )
 def test_bad_values_are_rejected_by_the_schema(bad: dict[str, Any]) -> None:
     values = {**_values(), **bad}
     assert list(jsonschema.Draft7Validator(_schema()).iter_errors(values))
+
+
+def test_good_urls_and_ids_pass_the_chart_checks() -> None:
+    gateway = {
+        **_values()["gateway"],
+        "clusterId": "us-east-1",
+        "publicUrl": "https://gw.us-east.example.com",
+        "discovery": {"static": {"endpoints": ["http://10.0.0.1:8000", {"url": "http://[fd00::1]:8000/"}]}},
+        "globalRouter": {"address": "router-capacity.fleetgate.svc:50051"},
+    }
+    jsonschema.Draft7Validator(_schema()).validate({**_values(), "gateway": gateway})
+
+
+def _object_nodes(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    out: list[tuple[str, dict[str, Any]]] = []
+    if isinstance(node, dict):
+        if node.get("type") == "object" or "properties" in node:
+            out.append((path, node))
+        for key, child in node.items():
+            out += _object_nodes(child, f"{path}/{key}")
+    elif isinstance(node, list):
+        for i, child in enumerate(node):
+            out += _object_nodes(child, f"{path}[{i}]")
+    return out
+
+
+@pytest.mark.parametrize("chart", ["fleetgate-cluster-gateway", "fleetgate-global-router"])
+def test_every_object_in_both_values_schemas_is_closed(chart: str) -> None:
+    """Unknown keys are errors at every level, not silently ignored. Exempt: free-form maps (labels,
+    annotations: additionalProperties is a schema), the Kubernetes affinity kinds passed through as
+    given, the chart-check overlays inside allOf (their $ref sibling closes them) and selectors."""
+    schema = json.loads((GATEWAY_CHART.parent / chart / "values.schema.json").read_text())
+    open_ok = {"nodeAffinity", "podAffinity", "podAntiAffinity", "labelSelector"}
+    gaps = [
+        path
+        for path, node in _object_nodes(schema)
+        if "additionalProperties" not in node
+        and path.rsplit("/", 1)[-1] not in open_ok
+        and "Checks" not in path
+    ]
+    assert gaps == []
 
 
 def test_role_template_grants_exactly_least_privilege() -> None:
@@ -160,6 +235,32 @@ def test_default_render_kinds_and_hardened_pod() -> None:
     assert ports == {"http": 8080, "grpc-ext-proc": 9002}
     svc_ports = {p["name"]: p["port"] for p in one(docs, "Service")["spec"]["ports"]}
     assert svc_ports == {"http": 8080, "grpc-ext-proc": 9002}
+
+
+def test_gateway_replicas_spread_over_zones_and_nodes() -> None:
+    pod = one(render(GATEWAY_CHART), "Deployment")["spec"]["template"]["spec"]
+    spread = pod["topologySpreadConstraints"]
+    assert [c["topologyKey"] for c in spread] == ["topology.kubernetes.io/zone", "kubernetes.io/hostname"]
+    selector = one(render(GATEWAY_CHART), "Deployment")["spec"]["selector"]["matchLabels"]
+    assert all(c["labelSelector"]["matchLabels"] == selector for c in spread)
+    assert {c["whenUnsatisfiable"] for c in spread} == {"ScheduleAnyway"}
+    single = one(render(GATEWAY_CHART, {"replicaCount": 1}), "Deployment")["spec"]["template"]["spec"]
+    assert "topologySpreadConstraints" not in single
+    own = [{"maxSkew": 2, "topologyKey": "rack", "whenUnsatisfiable": "DoNotSchedule"}]
+    mine = one(render(GATEWAY_CHART, {"topologySpreadConstraints": own}), "Deployment")
+    assert mine["spec"]["template"]["spec"]["topologySpreadConstraints"] == own
+    assert "PodDisruptionBudget" not in kinds(render(GATEWAY_CHART, {"replicaCount": 1}))
+
+
+def test_notes_and_examples_name_the_capacity_service_and_the_crd_upgrade_step() -> None:
+    text = notes(GATEWAY_CHART)
+    assert "kubectl apply --server-side -f" in text and "crds/" in text
+    for path in (
+        GATEWAY_CHART / "values.yaml",
+        GATEWAY_CHART.parents[2] / "deploy/examples/gateway-inferencepool.yaml",
+    ):
+        addresses = [line for line in path.read_text().splitlines() if ":50051" in line and "address" in line]
+        assert addresses and all("-capacity." in a for a in addresses), path
 
 
 def test_rendered_config_is_loadable_and_the_cr_passes_the_crd() -> None:
@@ -223,33 +324,6 @@ def test_trial_token_value_creates_the_secret() -> None:
 def test_router_link_without_a_token_fails_with_a_clear_message() -> None:
     with pytest.raises(RenderError, match=r"agentToken\.existingSecret"):
         render(GATEWAY_CHART, _gateway_values(**ROUTER_LINK))
-
-
-def test_envoy_gateway_option_renders_an_inference_pool_picked_by_our_ext_proc() -> None:
-    values = {**_gateway_values(extProc={"enabled": False}), "envoyGateway": {"enabled": True}}
-    docs = render(GATEWAY_CHART, values, namespace="inference")
-    pool = one(docs, "InferencePool")
-    assert pool["apiVersion"] == "inference.networking.k8s.io/v1"
-    assert pool["spec"]["selector"] == {"matchLabels": {"app": "vllm"}}
-    assert pool["spec"]["targetPorts"] == [{"number": 8000}]
-    service = one(docs, "Service")
-    assert pool["spec"]["endpointPickerRef"] == {
-        "name": service["metadata"]["name"],
-        "port": {"number": 9002},
-        "failureMode": "FailOpen",
-    }
-    route = one(docs, "HTTPRoute")
-    (backend,) = route["spec"]["rules"][0]["backendRefs"]
-    assert backend == {
-        "group": "inference.networking.k8s.io",
-        "kind": "InferencePool",
-        "name": pool["metadata"]["name"],
-    }
-    assert route["spec"]["parentRefs"][0]["name"] == one(docs, "Gateway")["metadata"]["name"]
-    spec = load_config_data(yaml.safe_load(one(docs, "ConfigMap")["data"]["gateway.yaml"]), GatewaySpec)
-    assert spec.ext_proc.enabled, "the picker must be on when Envoy uses it"
-    assert spec.discovery.kubernetes is not None
-    assert spec.discovery.kubernetes.inference_pool == pool["metadata"]["name"]
 
 
 def test_service_monitor_is_optional() -> None:

@@ -78,8 +78,32 @@ def test_default_and_ha_values_validate() -> None:
         {"config": {"failover": {"maxAttempts": 0}}},
         {"config": {"unknownKnob": True}},
         {"ports": {"http": 0, "grpc": 50051}},
+        {"replicas": 3},
+        {"autoscalling": {"enabled": True}},
+        {"agents": [{"clusterId": "", "tokenSha256": "a" * 64}]},
+        {"autoscaling": {"enabled": True, "minReplicas": 0, "maxReplicas": 2}},
+        {"resources": {"request": {"cpu": "1"}}},
+        {"tolerations": [{"key": "gpu", "operator": "Exits"}]},
+        {"redis": {"deploy": {"resources": {"limit": {}}}}},
+        {"ingress": {"hosts": [{"host": "h", "paths": [{"path": "/", "pathType": "Prefix", "x": 1}]}]}},
+        {"secretReload": {"reloader": True}},
     ],
-    ids=["plaintext-key", "plaintext-token", "failover", "unknown", "port"],
+    ids=[
+        "plaintext-key",
+        "plaintext-token",
+        "failover",
+        "unknown",
+        "port",
+        "top-level-typo",
+        "nested-typo",
+        "empty-cluster-id",
+        "hpa-min-zero",
+        "resources-typo",
+        "toleration-operator",
+        "redis-resources-typo",
+        "ingress-path-typo",
+        "reload-typo",
+    ],
 )
 def test_bad_values_are_rejected(bad: dict[str, Any]) -> None:
     assert list(jsonschema.Draft7Validator(_schema()).iter_errors({**_values(), **bad}))
@@ -96,7 +120,6 @@ def test_default_render_is_a_single_replica_without_redis() -> None:
         [
             "ConfigMap",
             "Deployment",
-            "PodDisruptionBudget",
             "Secret",
             "Secret",
             "Service",
@@ -107,6 +130,65 @@ def test_default_render_is_a_single_replica_without_redis() -> None:
     deploy = one(docs, "Deployment")
     assert deploy["spec"]["replicas"] == 1
     assert "No Redis" in notes(ROUTER_CHART)
+
+
+def test_a_pdb_exists_only_when_a_second_replica_does() -> None:
+    """`minAvailable: 1` over one pod would block every node drain."""
+    assert "PodDisruptionBudget" not in kinds(render(ROUTER_CHART, {"replicaCount": 1}))
+    two = {"replicaCount": 2, "redis": {"existingSecret": "r"}}
+    assert one(render(ROUTER_CHART, two), "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    one_min = {**HA_VALUES, "autoscaling": {"enabled": True, "minReplicas": 1, "maxReplicas": 4}}
+    assert "PodDisruptionBudget" not in kinds(render(ROUTER_CHART, one_min))
+
+
+def test_hpa_min_above_max_fails_with_a_clear_message() -> None:
+    bad = {**HA_VALUES, "autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 3}}
+    with pytest.raises(RenderError, match=r"minReplicas \(5\) must not exceed"):
+        render(ROUTER_CHART, bad)
+
+
+def _matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def test_trial_redis_and_router_selectors_do_not_overlap() -> None:
+    docs = render(ROUTER_CHART, {"replicaCount": 2, "redis": {"deploy": {"enabled": True}}})
+    router = one(docs, "Deployment", "global-router")
+    redis = one(docs, "Deployment", "-redis")
+    router_pod = router["spec"]["template"]["metadata"]["labels"]
+    redis_pod = redis["spec"]["template"]["metadata"]["labels"]
+    router_selectors = [router["spec"]["selector"]["matchLabels"]]
+    router_selectors += [one(docs, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"]]
+    router_selectors += [one(docs, "Service", "global-router")["spec"]["selector"]]
+    router_selectors += [one(docs, "Service", "-capacity")["spec"]["selector"]]
+    for sel in router_selectors:
+        assert _matches(sel, router_pod) and not _matches(sel, redis_pod), sel
+    for sel in (redis["spec"]["selector"]["matchLabels"], one(docs, "Service", "-redis")["spec"]["selector"]):
+        assert _matches(sel, redis_pod) and not _matches(sel, router_pod), sel
+    for obj in (redis, one(docs, "Service", "-redis")):
+        text = yaml.safe_dump(obj["metadata"]["labels"]) + yaml.safe_dump(redis_pod)
+        assert text.count("app.kubernetes.io/component") == 2  # once per label map
+        assert obj["metadata"]["labels"]["app.kubernetes.io/component"] == "redis"
+
+
+def test_existing_secrets_roll_the_pods_when_they_change() -> None:
+    """`helm template` cannot read the cluster (lookup is empty): the annotation is the hash of
+    nothing, and it is there so an upgrade against a live cluster changes it after a rotation."""
+    values = {"existingTenantsSecret": "t", "existingAgentsSecret": "a"}
+    pod_meta = one(render(ROUTER_CHART, values), "Deployment")["spec"]["template"]["metadata"]
+    assert len(pod_meta["annotations"]["checksum/existing-secrets"]) == 64
+    assert (
+        "checksum/existing-secrets"
+        not in (one(render(ROUTER_CHART), "Deployment")["spec"]["template"]["metadata"]["annotations"])
+    )
+    text = (ROUTER_CHART / "templates" / "_helpers.tpl").read_text()
+    assert 'lookup "v1" "Secret"' in text
+    reloaded = render(
+        ROUTER_CHART,
+        {**values, "redis": {"existingSecret": "r"}, "secretReload": {"reloaderAnnotation": True}},
+    )
+    annotations = one(reloaded, "Deployment")["metadata"]["annotations"]
+    assert annotations["secret.reloader.stakater.com/reload"] == "t,a,r"
 
 
 def test_ha_render_has_hpa_pdb_services_and_hardened_pods() -> None:

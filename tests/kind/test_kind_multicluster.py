@@ -30,7 +30,8 @@ def test_up_creates_the_three_regions_and_wires_agents() -> None:
     lib = (KIND / "lib.sh").read_text()
     up = (KIND / "up.sh").read_text()
     assert "us eu ap" in lib and 'echo "fleetgate-$1"' in lib
-    assert "kind load docker-image" in up and "docker build" in up
+    assert "load_image" in up and "build_image" in up and "kind load docker-image" not in up + lib
+    assert "kind load image-archive" in lib and "docker build" in lib
     assert "fleetgate-global-router" in up and "fleetgate-cluster-gateway" in up
     assert 'args: [sim, --pods, "1", --base-port, "8000"' in up
     assert "inference.networking.k8s.io/engine-type: vllm" in up

@@ -1,9 +1,75 @@
 # Three regions, a cluster gateway in each, the global router in "us", one DNS name for clients.
+#
+# Wiring (all computed, nothing hand-typed): the fleet-wiring module (provider-free, `terraform
+# test`ed) decides namespaces, per-cluster gateway inputs and the router's agent list; each gateway's
+# own load balancer address becomes its publicUrl (module output -> agent report -> router); the
+# router's capacity load balancer address becomes every agent's globalRouter.address.
+#
+# Cross-region path: the router in "us" dials the eu/ap gateways' internal load balancers (port
+# 8080) and their agents dial the router's internal capacity load balancer (port 50051). Internal
+# load balancers are reachable across regions only over private networking: VPC peering or a Transit
+# Gateway between the three VPCs (non-overlapping CIDRs, routes both ways, security groups that allow
+# 8080 from the router VPC and 50051 from the gateway VPCs). Without that, expose them publicly only
+# with the gateway auth and TLS of the trust-boundary work (docs/deploy.md, "Cross-region path").
+
+locals {
+  router_key = "us"
+}
 
 resource "random_password" "agent_token" {
   for_each = var.clusters
   length   = 40
   special  = false
+}
+
+module "wiring" {
+  source = "../../modules/fleet-wiring"
+
+  clusters = {
+    for key, c in var.clusters : key => {
+      cluster_id        = c.cluster_id
+      region            = c.region
+      model_namespace   = c.model_namespace
+      match_labels      = c.match_labels
+      target_port       = c.target_port
+      cost_per_gpu_hour = c.cost_per_gpu_hour
+      capacity_type     = c.capacity_type
+    }
+  }
+  router_cluster          = local.router_key
+  namespace               = var.namespace
+  router_capacity_address = module.router.capacity_address
+  # digests only (never the tokens), so not sensitive
+  agent_token_sha256 = { for key, t in random_password.agent_token : key => nonsensitive(sha256(t.result)) }
+}
+
+# One owner per namespace: the router and the us gateway share "fleetgate" in the us cluster; no
+# module creates a namespace (create_namespace = false everywhere).
+resource "kubernetes_namespace_v1" "us" {
+  provider = kubernetes.us
+  for_each = toset(module.wiring.namespaces["us"])
+  metadata {
+    name   = each.key
+    labels = { "app.kubernetes.io/part-of" = "fleetgate" }
+  }
+}
+
+resource "kubernetes_namespace_v1" "eu" {
+  provider = kubernetes.eu
+  for_each = toset(module.wiring.namespaces["eu"])
+  metadata {
+    name   = each.key
+    labels = { "app.kubernetes.io/part-of" = "fleetgate" }
+  }
+}
+
+resource "kubernetes_namespace_v1" "ap" {
+  provider = kubernetes.ap
+  for_each = toset(module.wiring.namespaces["ap"])
+  metadata {
+    name   = each.key
+    labels = { "app.kubernetes.io/part-of" = "fleetgate" }
+  }
 }
 
 module "router" {
@@ -13,70 +79,59 @@ module "router" {
     kubernetes = kubernetes.us
   }
 
-  image   = var.image
-  region  = var.clusters["us"].region
-  redis   = { url = var.redis_url }
-  tenants = var.tenants
-  agents = {
-    for key, c in var.clusters : c.cluster_id => nonsensitive(sha256(random_password.agent_token[key].result))
-  }
+  namespace        = kubernetes_namespace_v1.us[module.wiring.router_namespace].metadata[0].name
+  create_namespace = false
+  image            = var.image
+  region           = var.clusters[local.router_key].region
+  redis            = { url = var.redis_url }
+  tenants          = var.tenants
+  agents           = module.wiring.agents
   capacity_service = { type = "LoadBalancer", annotations = var.internal_lb_annotations }
-}
-
-locals {
-  gateway_common = {
-    for key, c in var.clusters : key => {
-      cluster_id = c.cluster_id
-      region     = c.region
-      discovery  = { match_labels = c.match_labels, target_port = c.target_port }
-      capacity   = { cost_per_gpu_hour = c.cost_per_gpu_hour, capacity_type = c.capacity_type }
-      router = {
-        address = module.router.capacity_address
-        token   = random_password.agent_token[key].result
-      }
-    }
-  }
 }
 
 module "gateway_us" {
   source    = "../../modules/cluster-gateway"
   providers = { helm = helm.us, kubernetes = kubernetes.us }
 
-  image         = var.image
-  cluster_id    = local.gateway_common["us"].cluster_id
-  region        = local.gateway_common["us"].region
-  discovery     = local.gateway_common["us"].discovery
-  capacity      = local.gateway_common["us"].capacity
-  global_router = local.gateway_common["us"].router
-  public_url    = "http://fleetgate-gateway.fleetgate.svc:8080" # same cluster as the router
+  namespace        = kubernetes_namespace_v1.us[module.wiring.gateways["us"].namespace].metadata[0].name
+  create_namespace = false
+  image            = var.image
+  cluster_id       = module.wiring.gateways["us"].cluster_id
+  region           = module.wiring.gateways["us"].region
+  discovery        = module.wiring.gateways["us"].discovery
+  capacity         = module.wiring.gateways["us"].capacity
+  global_router    = merge(module.wiring.router_link, { token = random_password.agent_token["us"].result })
+  public_service   = { enabled = true, type = "LoadBalancer", annotations = var.internal_lb_annotations }
 }
 
 module "gateway_eu" {
   source    = "../../modules/cluster-gateway"
   providers = { helm = helm.eu, kubernetes = kubernetes.eu }
 
-  image         = var.image
-  cluster_id    = local.gateway_common["eu"].cluster_id
-  region        = local.gateway_common["eu"].region
-  discovery     = local.gateway_common["eu"].discovery
-  capacity      = local.gateway_common["eu"].capacity
-  global_router = local.gateway_common["eu"].router
-  service       = { type = "LoadBalancer", annotations = var.internal_lb_annotations }
-  public_url    = "http://gateway.${var.clusters["eu"].region}.${var.dns.name}:8080"
+  namespace        = kubernetes_namespace_v1.eu[module.wiring.gateways["eu"].namespace].metadata[0].name
+  create_namespace = false
+  image            = var.image
+  cluster_id       = module.wiring.gateways["eu"].cluster_id
+  region           = module.wiring.gateways["eu"].region
+  discovery        = module.wiring.gateways["eu"].discovery
+  capacity         = module.wiring.gateways["eu"].capacity
+  global_router    = merge(module.wiring.router_link, { token = random_password.agent_token["eu"].result })
+  public_service   = { enabled = true, type = "LoadBalancer", annotations = var.internal_lb_annotations }
 }
 
 module "gateway_ap" {
   source    = "../../modules/cluster-gateway"
   providers = { helm = helm.ap, kubernetes = kubernetes.ap }
 
-  image         = var.image
-  cluster_id    = local.gateway_common["ap"].cluster_id
-  region        = local.gateway_common["ap"].region
-  discovery     = local.gateway_common["ap"].discovery
-  capacity      = local.gateway_common["ap"].capacity
-  global_router = local.gateway_common["ap"].router
-  service       = { type = "LoadBalancer", annotations = var.internal_lb_annotations }
-  public_url    = "http://gateway.${var.clusters["ap"].region}.${var.dns.name}:8080"
+  namespace        = kubernetes_namespace_v1.ap[module.wiring.gateways["ap"].namespace].metadata[0].name
+  create_namespace = false
+  image            = var.image
+  cluster_id       = module.wiring.gateways["ap"].cluster_id
+  region           = module.wiring.gateways["ap"].region
+  discovery        = module.wiring.gateways["ap"].discovery
+  capacity         = module.wiring.gateways["ap"].capacity
+  global_router    = merge(module.wiring.router_link, { token = random_password.agent_token["ap"].result })
+  public_service   = { enabled = true, type = "LoadBalancer", annotations = var.internal_lb_annotations }
 }
 
 # The global endpoint: a latency-routed, health-checked Route 53 record on the router's load balancer.
@@ -88,7 +143,7 @@ resource "aws_route53_health_check" "router" {
   resource_path     = "/health"
   failure_threshold = 3
   request_interval  = 10
-  tags              = { Name = "fleetgate-router-${var.clusters["us"].region}" }
+  tags              = { Name = "fleetgate-router-${var.clusters[local.router_key].region}" }
 }
 
 resource "aws_route53_record" "global" {
@@ -97,7 +152,7 @@ resource "aws_route53_record" "global" {
   type            = "CNAME"
   ttl             = var.dns.ttl
   records         = [module.router.endpoint_host]
-  set_identifier  = "router-${var.clusters["us"].region}"
+  set_identifier  = "router-${var.clusters[local.router_key].region}"
   health_check_id = aws_route53_health_check.router.id
 
   latency_routing_policy {

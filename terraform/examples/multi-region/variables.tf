@@ -5,7 +5,7 @@ variable "kubeconfig_path" {
 }
 
 variable "clusters" {
-  description = "The three regional clusters, keyed us/eu/ap: kubeconfig context, fleet identity and GPU cost facts."
+  description = "The three regional clusters, keyed us/eu/ap: kubeconfig context, fleet identity, the namespace the model servers run in (model_namespace) and GPU cost facts."
   type = map(object({
     kube_context      = string
     cluster_id        = string
@@ -14,6 +14,7 @@ variable "clusters" {
     capacity_type     = optional(string, "on-demand")
     match_labels      = optional(map(string), { app = "vllm" })
     target_port       = optional(number, 8000)
+    model_namespace   = optional(string, "default")
   }))
   validation {
     condition     = sort(keys(var.clusters)) == tolist(["ap", "eu", "us"])
@@ -23,6 +24,12 @@ variable "clusters" {
     condition     = length(distinct([for c in values(var.clusters) : c.cluster_id])) == length(var.clusters)
     error_message = "cluster_id values must be unique."
   }
+}
+
+variable "namespace" {
+  description = "Namespace of Fleetgate (router and gateways) in every cluster, created once per cluster by this example."
+  type        = string
+  default     = "fleetgate"
 }
 
 variable "image" {

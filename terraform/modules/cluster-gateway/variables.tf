@@ -11,7 +11,7 @@ variable "namespace" {
 }
 
 variable "create_namespace" {
-  description = "Create the namespace if it does not exist."
+  description = "Create the namespace. Set false when something else owns it (the multi-region example creates each namespace once, for the router and the gateway that share a cluster)."
   type        = bool
   default     = true
 }
@@ -85,15 +85,20 @@ variable "ext_proc_enabled" {
   default     = true
 }
 
-variable "envoy_gateway" {
-  description = "Render an Envoy Gateway Gateway + HTTPRoute to an InferencePool picked by this gateway (needs Envoy Gateway installed)."
+variable "inference_gateway" {
+  description = "Render an Envoy AI Gateway route (Gateway + HTTPRoute or AIGatewayRoute) to an InferencePool picked by this gateway over TLS (needs Envoy Gateway with the AI Gateway extension)."
   type = object({
     enabled            = optional(bool, false)
+    route_kind         = optional(string, "HTTPRoute")
     gateway_class_name = optional(string, "eg")
     match_labels       = optional(map(string), { app = "vllm" })
     target_port        = optional(number, 8000)
   })
   default = {}
+  validation {
+    condition     = contains(["HTTPRoute", "AIGatewayRoute"], var.inference_gateway.route_kind)
+    error_message = "inference_gateway.route_kind must be HTTPRoute or AIGatewayRoute."
+  }
 }
 
 variable "global_router" {
@@ -124,6 +129,28 @@ variable "service" {
     condition     = contains(["ClusterIP", "NodePort", "LoadBalancer"], var.service.type)
     error_message = "service.type must be ClusterIP, NodePort or LoadBalancer."
   }
+}
+
+variable "public_service" {
+  description = "A Service of its own for the router to reach this gateway (usually an internal LoadBalancer); its address becomes publicUrl unless public_url is set."
+  type = object({
+    enabled     = optional(bool, false)
+    type        = optional(string, "LoadBalancer")
+    annotations = optional(map(string), {})
+    port        = optional(number, 8080)
+    scheme      = optional(string, "http")
+  })
+  default = {}
+  validation {
+    condition     = contains(["NodePort", "LoadBalancer"], var.public_service.type)
+    error_message = "public_service.type must be LoadBalancer or NodePort."
+  }
+}
+
+variable "wait_for_ready" {
+  description = "Let Helm wait (atomic) until the gateway pods are Ready. A gateway is Ready only with a ready model pod, so keep false unless the models are already running."
+  type        = bool
+  default     = false
 }
 
 variable "capacity" {

@@ -7,6 +7,12 @@ locals {
     length(var.discovery.match_labels) == 0 ? {} : { selector = { matchLabels = var.discovery.match_labels } },
   )
 
+  # An explicit URL wins; else the load balancer's address; else none (standalone, or the router
+  # falls back to http://host:port).
+  public_url = var.public_url != null ? var.public_url : (
+    var.public_host == null || var.public_host == "" ? null : "${var.public_scheme}://${var.public_host}:${var.public_port}"
+  )
+
   router_link = var.global_router_address == null ? {} : {
     globalRouter = {
       address  = var.global_router_address
@@ -30,7 +36,7 @@ locals {
         gpusPerPod     = var.capacity.gpus_per_pod
       }
     },
-    var.public_url == null ? {} : { publicUrl = var.public_url },
+    local.public_url == null ? {} : { publicUrl = local.public_url },
     local.router_link,
     var.extra_spec,
   )

@@ -32,6 +32,36 @@ variable "public_url" {
   }
 }
 
+variable "public_host" {
+  description = "Host name or IP of this gateway's load balancer (the cluster-gateway module's Service status); builds public_url when public_url is null."
+  type        = string
+  default     = null
+  validation {
+    condition     = var.public_host == null || can(regex("^[A-Za-z0-9.-]*$", var.public_host))
+    error_message = "public_host must be a host name or IPv4 address (no scheme, no port), or empty while the load balancer has none."
+  }
+}
+
+variable "public_scheme" {
+  description = "Scheme the global router uses for this gateway (https once the gateway serves TLS)."
+  type        = string
+  default     = "http"
+  validation {
+    condition     = contains(["http", "https"], var.public_scheme)
+    error_message = "public_scheme must be http or https."
+  }
+}
+
+variable "public_port" {
+  description = "Port of this gateway's load balancer."
+  type        = number
+  default     = 8080
+  validation {
+    condition     = var.public_port >= 1 && var.public_port <= 65535 && floor(var.public_port) == var.public_port
+    error_message = "public_port must be a TCP port (1-65535)."
+  }
+}
+
 variable "discovery" {
   description = "Where the model-server pods are: an InferencePool by name, or a label selector (exactly one)."
   type = object({

@@ -6,6 +6,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+import grpc
 import pytest
 
 from cluster_gateway.extproc.server import ExtProcServer, PickerService
@@ -47,7 +48,10 @@ class Picker:
 
 
 async def start_picker(
-    pool: EndpointPool, admission: Admission | None = None, fallbacks: int = 2
+    pool: EndpointPool,
+    admission: Admission | None = None,
+    fallbacks: int = 2,
+    credentials: grpc.ServerCredentials | None = None,
 ) -> tuple[Picker, ExtProcServer]:
     adm = admission or Admission()
     metrics = GatewayMetrics()
@@ -57,7 +61,7 @@ async def start_picker(
     service = PickerService(
         pool, dispatcher, metrics, ExtProc(enabled=True, fallback_endpoints=fallbacks), max_body_bytes=4096
     )
-    server = ExtProcServer(service)
+    server = ExtProcServer(service, credentials)
     port = await server.start("127.0.0.1", 0)
     return Picker(pool, service, port, metrics), server
 

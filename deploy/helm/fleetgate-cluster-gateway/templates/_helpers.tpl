@@ -43,7 +43,21 @@ app.kubernetes.io/component: cluster-gateway
 {{- end -}}
 
 {{- define "fgw.poolName" -}}
-{{- default (printf "%s-pool" (include "fgw.fullname" .)) .Values.envoyGateway.inferencePool.name -}}
+{{- default (printf "%s-pool" (include "fgw.fullname" .)) .Values.inferenceGateway.inferencePool.name -}}
+{{- end -}}
+
+{{- define "fgw.gatewayName" -}}
+{{- default (include "fgw.fullname" .) .Values.inferenceGateway.gateway.name -}}
+{{- end -}}
+
+{{/* TLS on the ext_proc port: asked for, or implied by an inference gateway (Envoy AI Gateway dials
+the endpoint picker over TLS only). */}}
+{{- define "fgw.extProcTls" -}}
+{{- if or .Values.extProcTls.enabled .Values.inferenceGateway.enabled -}}true{{- end -}}
+{{- end -}}
+
+{{- define "fgw.extProcTlsSecret" -}}
+{{- default (printf "%s-extproc-tls" (include "fgw.fullname" .)) .Values.extProcTls.existingSecret -}}
 {{- end -}}
 
 {{- define "fgw.tokenSecretName" -}}
@@ -65,13 +79,20 @@ InferencePool this chart creates). Rendered once, used by the ConfigMap, the CR 
 {{- /* Helm merges maps with the chart defaults: a user's `static` replaces the default `kubernetes`. */ -}}
 {{- $_ := unset $discovery "kubernetes" -}}
 {{- end -}}
-{{- if and .Values.envoyGateway.enabled (not $discovery.static) -}}
+{{- if and .Values.inferenceGateway.enabled (not $discovery.static) -}}
 {{- $k8s := default dict $discovery.kubernetes -}}
 {{- $_ := set $k8s "inferencePool" (include "fgw.poolName" .) -}}
 {{- $_ := unset $k8s "selector" -}}
 {{- $_ := set $discovery "kubernetes" $k8s -}}
 {{- $ext := default dict $spec.extProc -}}
 {{- $_ := set $ext "enabled" true -}}
+{{- $_ := set $spec "extProc" $ext -}}
+{{- end -}}
+{{- if include "fgw.extProcTls" . -}}
+{{- $ext := default dict $spec.extProc -}}
+{{- $_ := set $ext "enabled" true -}}
+{{- $_ := set $ext "tlsCertFile" "/run/fleetgate/tls/tls.crt" -}}
+{{- $_ := set $ext "tlsKeyFile" "/run/fleetgate/tls/tls.key" -}}
 {{- $_ := set $spec "extProc" $ext -}}
 {{- end -}}
 {{- if $discovery.kubernetes -}}

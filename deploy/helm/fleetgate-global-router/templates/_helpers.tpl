@@ -30,6 +30,48 @@ app.kubernetes.io/part-of: fleetgate
 app.kubernetes.io/component: global-router
 {{- end -}}
 
+{{/* The trial Redis has its own name label, so the router's selector (Deployment, HPA, PDB, Services)
+never matches the Redis pod and the Redis selector never matches a router pod. */}}
+{{- define "fgr.redisSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "fgr.name" . }}-redis
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "fgr.redisLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "fgr.redisSelectorLabels" . }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: fleetgate
+app.kubernetes.io/component: redis
+{{- end -}}
+
+{{/* Replicas the router may run at its smallest: the PDB only makes sense above one. */}}
+{{- define "fgr.minReplicas" -}}
+{{- if .Values.autoscaling.enabled -}}{{ .Values.autoscaling.minReplicas }}{{- else -}}{{ .Values.replicaCount }}{{- end -}}
+{{- end -}}
+
+{{/* Secrets given by name are read by the init container at pod start. Their data (read from the
+cluster at install/upgrade; empty under `helm template`) goes into a pod annotation, so an upgrade
+after a rotation rolls the pods; the Reloader annotation does it without an upgrade. */}}
+{{- define "fgr.existingSecretNames" -}}
+{{- $names := list -}}
+{{- with .Values.existingTenantsSecret }}{{ $names = append $names . }}{{ end -}}
+{{- with .Values.existingAgentsSecret }}{{ $names = append $names . }}{{ end -}}
+{{- with .Values.redis.existingSecret }}{{ $names = append $names . }}{{ end -}}
+{{- $names | uniq | join "," -}}
+{{- end -}}
+
+{{- define "fgr.existingSecretsChecksum" -}}
+{{- $data := dict -}}
+{{- range $name := splitList "," (include "fgr.existingSecretNames" .) -}}
+{{- if $name -}}
+{{- $s := lookup "v1" "Secret" $.Release.Namespace $name -}}
+{{- $_ := set $data $name (dig "data" dict $s) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $data | sha256sum -}}
+{{- end -}}
+
 {{- define "fgr.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "fgr.fullname" .) .Values.serviceAccount.name -}}

@@ -77,3 +77,67 @@ run "rejects_bad_cluster_id" {
 
   expect_failures = [var.cluster_id]
 }
+
+run "public_url_from_the_load_balancer_host" {
+  command = plan
+
+  variables {
+    cluster_id            = "eu-west-1"
+    region                = "eu-west"
+    discovery             = { match_labels = { app = "vllm" } }
+    public_host           = "internal-gw-42.elb.eu-west-1.amazonaws.com"
+    global_router_address = "router.internal:50051"
+  }
+
+  assert {
+    condition     = output.public_url == "http://internal-gw-42.elb.eu-west-1.amazonaws.com:8080" && output.spec.publicUrl == output.public_url
+    error_message = "publicUrl must be built from the load balancer host"
+  }
+}
+
+run "explicit_public_url_wins_and_https_is_kept" {
+  command = plan
+
+  variables {
+    cluster_id    = "eu-west-1"
+    region        = "eu-west"
+    discovery     = { match_labels = { app = "vllm" } }
+    public_host   = "ignored.example.com"
+    public_url    = "https://gw.eu.example.com"
+    public_scheme = "https"
+  }
+
+  assert {
+    condition     = output.spec.publicUrl == "https://gw.eu.example.com"
+    error_message = "an explicit public_url must win"
+  }
+}
+
+run "no_public_url_without_a_host" {
+  command = plan
+
+  variables {
+    cluster_id  = "eu-west-1"
+    region      = "eu-west"
+    discovery   = { match_labels = { app = "vllm" } }
+    public_host = ""
+  }
+
+  assert {
+    condition     = output.public_url == null && !can(output.spec.publicUrl)
+    error_message = "an LB without an address yet must not produce a URL"
+  }
+}
+
+run "rejects_a_url_as_public_host" {
+  command = plan
+
+  variables {
+    cluster_id  = "eu-west-1"
+    region      = "eu-west"
+    discovery   = { match_labels = { app = "vllm" } }
+    public_host = "http://gw:8080"
+  }
+
+  expect_failures = [var.public_host]
+}

@@ -20,6 +20,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("fleetgate.gateway")
 
 
+def _positive_or_auto(value: str) -> str:
+    if value != "auto" and not (value.isdigit() and 1 <= int(value) <= 256):
+        raise argparse.ArgumentTypeError(f"{value!r}: give a number of processes (1-256) or auto")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="gateway config YAML (the FleetgateGateway spec)")
     parser.add_argument("--port", type=int, help="HTTP port for the proxy (overrides `port`; 0 = any)")
@@ -34,6 +40,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="enable the Envoy ext_proc endpoint picker on this port (overrides `extProc.port`)",
     )
     parser.add_argument("--host", help="bind address (overrides `host`)")
+    parser.add_argument(
+        "--workers",
+        default="auto",
+        type=_positive_or_auto,
+        help="serving processes sharing the ports (default auto: one per core); discovery, scraping "
+        "and the capacity agent run once, in the first",
+    )
     parser.add_argument(
         "--crd",
         metavar="NAMESPACE/NAME",
@@ -81,11 +94,17 @@ def build_spec(args: argparse.Namespace) -> GatewaySpec:
     return spec
 
 
+def _workers(args: argparse.Namespace) -> int:
+    if args.workers in (None, "auto"):
+        return os.cpu_count() or 1
+    return int(args.workers)
+
+
 async def _serve(spec: GatewaySpec, args: argparse.Namespace) -> int:
     from cluster_gateway.gateway import ClusterGateway
 
     try:
-        gateway = ClusterGateway(spec, port=args.port, extproc_port=args.extproc_port)
+        gateway = ClusterGateway(spec, port=args.port, extproc_port=args.extproc_port, workers=_workers(args))
     except ConfigError as exc:  # e.g. a profile naming an unknown scorer
         print(f"fleetgate gateway: {exc}", file=sys.stderr)
         return 2

@@ -10,26 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import tempfile
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 
 from prometheus_client import CollectorRegistry
 
 from cluster_gateway.agent import CapacityAgent, load_agent_token
+from cluster_gateway.data_plane import DataPlane
 from cluster_gateway.discovery import build_discovery
-from cluster_gateway.extproc.server import ExtProcServer, PickerService
-from cluster_gateway.extproc.tls import server_credentials
 from cluster_gateway.metrics.scraper import Scraper
 from cluster_gateway.observability import GatewayMetrics
 from cluster_gateway.pool import EndpointPool
-from cluster_gateway.proxy.app import ProxyApp
-from cluster_gateway.proxy.forward import Forwarder
-from cluster_gateway.request_path.admission import AdmissionQueue
-from cluster_gateway.request_path.dispatch import Dispatcher
-from cluster_gateway.request_path.outliers import OutlierDetector
-from cluster_gateway.scheduling.scheduler import Scheduler
-from cluster_gateway.scheduling.types import ScheduleResult
-from common.asgi import EmbeddedServer, listen_socket, server_config
+from cluster_gateway.workers.process import WorkerSupervisor
+from cluster_gateway.workers.publisher import PoolPublisher
+from common.asgi import listen_socket
 from common.config.gateway import GatewaySpec
 
 log = logging.getLogger("fleetgate.gateway")
@@ -38,7 +34,10 @@ BackgroundRun = Callable[[], Awaitable[None]]  # runs until cancelled
 
 
 class ClusterGateway:
-    """One Tier-1 gateway. `port` / `extproc_port` override the config (0 = any free port)."""
+    """One Tier-1 gateway. `port` / `extproc_port` override the config (0 = any free port).
+
+    `workers` > 1 starts that many serving processes in all (this one included) on the same ports;
+    the control plane stays here, once (see `cluster_gateway/workers/`)."""
 
     def __init__(
         self,
@@ -47,6 +46,7 @@ class ClusterGateway:
         port: int | None = None,
         extproc_port: int | None = None,
         registry: CollectorRegistry | None = None,
+        workers: int = 1,
     ) -> None:
         self.spec = spec
         self.host = spec.host
@@ -60,30 +60,27 @@ class ClusterGateway:
         self.scraper = Scraper(
             self.pool, spec.scrape, registry=self.registry, measure_speed=spec.global_router is not None
         )
-        # One staleness bound for scraper and scheduler, so "fresh" means the same in both.
-        self.scheduler = Scheduler(
-            self.pool,
-            spec.scheduling,
-            staleness_s=spec.scrape.max_staleness_ms / 1000.0,
-            dead_after_failures=spec.scrape.stale_after_misses,
-        )
-        self.admission: AdmissionQueue[ScheduleResult] = AdmissionQueue(
-            spec.admission.queue_size, spec.admission.queue_timeout_ms / 1000.0
-        )
+        self.data = DataPlane(spec, self.pool, self.metrics)
+        # the request path, by the names the rest of the code (and tests) use
+        self.scheduler = self.data.scheduler
+        self.admission = self.data.admission
+        self.dispatcher = self.data.dispatcher
+        self.outliers = self.data.outliers
         self.metrics.watch_pool(self.pool, lambda: len(self.admission))
-        self.dispatcher = Dispatcher(self.pool, self.scheduler, self.admission, self.metrics)
-        # one outlier detector for both data paths: a pod failing behind Envoy is out of the
-        # proxy's picks too, and the reverse
-        self.outliers = OutlierDetector(
-            self.pool,
-            spec.proxy.outlier_detection,
-            on_eject=lambda _pod, reason, _s: self.metrics.ejections.labels(reason).inc(),
-        )
+        self.workers = max(1, workers)
+        self._feed_dir: tempfile.TemporaryDirectory[str] | None = None
+        self.publisher: PoolPublisher | None = None
+        self.supervisor: WorkerSupervisor | None = None
+        if self.workers > 1:
+            self._feed_dir = tempfile.TemporaryDirectory(prefix="fleetgate-feed-")
+            self.publisher = PoolPublisher(self.pool, os.path.join(self._feed_dir.name, "feed.sock"))
         self._background: list[tuple[str, BackgroundRun]] = [
             ("discovery", lambda: self.discovery.run(self.pool)),
             ("scraper", self.scraper.run),
             ("admission-recheck", self._recheck_admission),
         ]
+        if self.publisher is not None:
+            self._background.append(("worker-feed", self.publisher.run))
         self.agent: CapacityAgent | None = None
         if spec.global_router is not None:  # Tier 2 link: stream capacity reports (token errors: ConfigError)
             self.agent = CapacityAgent(
@@ -91,15 +88,22 @@ class ClusterGateway:
                 self.pool,
                 token=load_agent_token(spec.global_router),
                 gateway_url=lambda: (spec.public_url or self.url) if self.bound_port else None,
-                gateway_queued=self.admission.depth_by_model,  # read-only: requests held here
+                gateway_queued=self._queued_by_model,  # read-only: requests held here
             )
             self._background.append(("capacity-agent", self.agent.run))
         self._tasks: list[asyncio.Task[None]] = []
-        self._forwarder: Forwarder | None = None
-        self._server: EmbeddedServer | None = None
-        self._extproc: ExtProcServer | None = None
+        self._serving = False
         self.bound_port = 0
         self.extproc_port = 0
+
+    def _queued_by_model(self) -> dict[str, int]:
+        """Requests waiting in this process's admission queue and in every worker's."""
+        own = self.admission.depth_by_model()
+        if self.publisher is None:
+            return own
+        for model, n in self.publisher.queued_by_model().items():
+            own[model] = own.get(model, 0) + n
+        return own
 
     # --- composition -----------------------------------------------------
     def add_background(self, name: str, run: BackgroundRun) -> None:
@@ -121,38 +125,35 @@ class ClusterGateway:
 
     # --- lifecycle -------------------------------------------------------
     async def start(self) -> None:
-        for name, run in self._background:
-            task = asyncio.create_task(self._supervise(name, run), name=f"gateway-{name}")
-            self._tasks.append(task)
-        pcfg = self.spec.proxy
-        forwarder = self._forwarder = Forwarder(
-            self.pool, self.dispatcher, self.metrics, pcfg, outliers=self.outliers
-        )
-        app = ProxyApp(self.pool, self.dispatcher, forwarder, self.metrics, pcfg)
         try:
-            sock = listen_socket(self.host, self._port)
-            config = server_config(app, self.spec.server)
-            self._server = EmbeddedServer(config)
-            self.bound_port = await self._server.start_on(sock)
+            if self.publisher is not None:
+                await self.publisher.start()
+            for name, run in self._background:
+                task = asyncio.create_task(self._supervise(name, run), name=f"gateway-{name}")
+                self._tasks.append(task)
+            reuse = self.workers > 1
+            sock = listen_socket(self.host, self._port, reuse_port=reuse)
+            extproc = self._extproc_port if self.spec.ext_proc.enabled else None
+            self._serving = True
+            self.bound_port, self.extproc_port = await self.data.start(sock, extproc, reuse_port=reuse)
             log.info(
                 "cluster gateway %s listening on http://%s:%d",
                 self.spec.cluster_id,
                 self.host,
                 self.bound_port,
             )
-            if self.spec.ext_proc.enabled:
-                service = PickerService(
-                    self.pool,
-                    self.dispatcher,
-                    self.metrics,
-                    self.spec.ext_proc,
-                    max_body_bytes=pcfg.max_body_bytes,
-                    max_json_depth=pcfg.max_json_depth,
-                    outliers=self.outliers,
-                )
-                self._extproc = ExtProcServer(service, server_credentials(self.spec.ext_proc))
-                self.extproc_port = await self._extproc.start(self.host, self._extproc_port)
+            if extproc is not None:
                 log.info("ext_proc endpoint picker listening on %s:%d", self.host, self.extproc_port)
+            if self.publisher is not None:
+                self.supervisor = WorkerSupervisor(
+                    self.spec,
+                    self.workers,
+                    self.publisher.path,
+                    self.bound_port,
+                    self.extproc_port if extproc is not None else None,
+                )
+                self.supervisor.start()
+                log.info("started %d gateway worker process(es) on the same ports", self.workers - 1)
         except BaseException:
             await self.stop()
             raise
@@ -170,21 +171,23 @@ class ClusterGateway:
                 await asyncio.sleep(1.0)
 
     async def stop(self) -> None:
-        if self._extproc is not None:
-            await self._extproc.stop()
-            self._extproc = None
-        if self._server is not None:
-            await self._server.stop(log)
-            self._server = None
+        if self.supervisor is not None:
+            await self.supervisor.stop()
+            self.supervisor = None
+        if self._serving:
+            self._serving = False
+            await self.data.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
-        if self._forwarder is not None:
-            self._forwarder.close()
-            self._forwarder = None
+        if self.publisher is not None:
+            await self.publisher.stop()
+        if self._feed_dir is not None:
+            self._feed_dir.cleanup()
+            self._feed_dir = None
 
     async def __aenter__(self) -> ClusterGateway:
         await self.start()

@@ -77,7 +77,9 @@ class PodState:
     adapters: frozenset[str] = frozenset()  # from /v1/models: LoRA adapters (entries with a parent)
     adapter_parents: Mapping[str, str] = field(default_factory=dict)  # adapter → base, as the pod says
     catalog_exact: bool = False  # the pod itself told base models from adapters (`set_catalog`)
-    inflight: int = 0  # requests this gateway has sent and not yet finished
+    inflight: int = 0  # requests this gateway (all its worker processes) has sent and not yet finished
+    local_inflight: int = 0  # ...of which this process sent (the rest: other workers, via the feed)
+    dispatched_total: int = 0  # sent by this process, ever (the worker feed reports the increments)
     dispatched_since_scrape: int = 0  # sent since the last good scrape (a burst guard)
     ejected_until: float = 0.0  # time.monotonic() until which outlier detection keeps it out
 
@@ -238,12 +240,15 @@ class EndpointPool:
         pod = self._pods.get(name)
         if pod is not None:
             pod.inflight += 1
+            pod.local_inflight += 1
             pod.dispatched_since_scrape += 1
+            pod.dispatched_total += 1
 
     def release(self, name: str) -> None:
         pod = self._pods.get(name)
-        if pod is not None and pod.inflight > 0:
+        if pod is not None and pod.local_inflight > 0:
             pod.inflight -= 1
+            pod.local_inflight -= 1
 
     # --- readers --------------------------------------------------------
     def get(self, name: str) -> PodState | None:

@@ -32,7 +32,7 @@ class ClientGone(Exception):
     """The client disconnected before its request body arrived in full."""
 
 
-def listen_socket(host: str, port: int) -> socket.socket:
+def listen_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     """A bound TCP socket whose accepted connections inherit TCP_NODELAY.
 
     proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY on accepted sockets only when the socket says
@@ -41,6 +41,8 @@ def listen_socket(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:  # worker processes of one server each listen on the port; the kernel spreads connections
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.bind((host, port))

@@ -231,14 +231,21 @@ def _echo(body: pb.HttpBody) -> Iterator[pb.ProcessingResponse]:
 class ExtProcServer:
     """A grpc.aio server hosting the picker and the standard gRPC health service."""
 
-    def __init__(self, service: PickerService, credentials: grpc.ServerCredentials | None = None) -> None:
+    def __init__(
+        self,
+        service: PickerService,
+        credentials: grpc.ServerCredentials | None = None,
+        *,
+        reuse_port: bool = False,
+    ) -> None:
         self.service = service
+        self.reuse_port = reuse_port  # gateway workers share the port (SO_REUSEPORT)
         self.credentials = credentials  # TLS when set (extproc/tls.py builds it from extProc.tls*)
         self._server: grpc.aio.Server | None = None
         self.port = 0
 
     async def start(self, host: str, port: int) -> int:
-        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 1 if self.reuse_port else 0)])
         pb_grpc.add_ExternalProcessorServicer_to_server(self.service, server)
         hs = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(hs, server)

@@ -77,8 +77,11 @@ class ProxyApp:
         forwarder: Forwarder,
         metrics: GatewayMetrics,
         cfg: Proxy,
+        *,
+        worker: int = 0,
     ) -> None:
         self.pool = pool
+        self._health_body = msgspec.json.encode({"status": "ok", "worker": worker})
         self.dispatcher = dispatcher
         self.forwarder = forwarder
         self.metrics = metrics
@@ -188,7 +191,7 @@ class ProxyApp:
         await send_json(send, 200, models_listing(self.pool))
 
     async def _health(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send_json(send, 200, b'{"status":"ok"}')
+        await send_json(send, 200, self._health_body)  # which worker answered: for operators and tests
 
     async def _ready(self, scope: Scope, receive: Receive, send: Send) -> None:
         pods = self.pool.pods()

@@ -41,8 +41,16 @@ class HostPool:
         connect_timeout_s: float = 2.0,
         idle_expiry_s: float = 4.0,
         ssl_context: ssl.SSLContext | None = None,
+        max_connecting: int = 64,
+        wait_timeout_s: float = 30.0,
     ) -> None:
         self.host = host
+        # at most this many connects at once: a burst of 2,000 new streams otherwise sends 2,000
+        # SYNs at one pod's accept loop and the late ones time out; the rest wait (≤ wait_timeout_s)
+        # for a connection returned or a connect turn
+        self.max_connecting = max_connecting
+        self.wait_timeout_s = wait_timeout_s
+        self._connecting = 0
         self.ssl_context = ssl_context
         self.port = port
         self.max_connections = max_connections
@@ -112,18 +120,13 @@ class HostPool:
                     self._close_idle(idle.popleft())
                 break
             return conn
-        if self.open < self.max_connections:
+        if self.open < self.max_connections and self._connecting < self.max_connecting:
             self.open += 1
-            try:
-                return await self._connect()
-            except BaseException:
-                self.open -= 1
-                self._hand_slot()
-                raise
+            return await self._connect_in_slot()
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Connection | None] = loop.create_future()
         self._waiters.append(fut)
-        timer = loop.call_later(self.connect_timeout_s, _expire, fut)
+        timer = loop.call_later(self.wait_timeout_s, _expire, fut)
         try:
             handed_conn = await fut
         except BaseException:
@@ -131,6 +134,7 @@ class HostPool:
                 handed = fut.result()  # handed over just as we were cancelled: pass it on
                 if handed is None:
                     self.open -= 1
+                    self._connecting -= 1
                     self._hand_slot()
                 else:
                     self.give_back(handed)
@@ -139,14 +143,22 @@ class HostPool:
             timer.cancel()
             with contextlib.suppress(ValueError):
                 self._waiters.remove(fut)
-        if handed_conn is None:  # a freed slot: connect within it
-            try:
-                return await self._connect()
-            except BaseException:
-                self.open -= 1
-                self._hand_slot()
-                raise
+        if handed_conn is None:  # a slot to connect in (counted by _hand_slot)
+            self._connecting -= 1
+            return await self._connect_in_slot()
         return handed_conn
+
+    async def _connect_in_slot(self) -> Connection:
+        """Connect within a slot already counted in `open`; frees it again on failure."""
+        self._connecting += 1
+        try:
+            return await self._connect()
+        except BaseException:
+            self.open -= 1
+            raise
+        finally:
+            self._connecting -= 1
+            self._hand_slot()
 
     async def _connect(self) -> Connection:
         loop = asyncio.get_running_loop()
@@ -197,11 +209,12 @@ class HostPool:
         self._hand_slot()
 
     def _hand_slot(self) -> None:
-        """A slot freed: a waiter (if any) may open a connection in it."""
-        while self._waiters and self.open < self.max_connections:
+        """A slot or a connect turn freed: the first waiter (if any) may open a connection."""
+        while self._waiters and self.open < self.max_connections and self._connecting < self.max_connecting:
             fut = self._waiters.popleft()
             if not fut.done():
                 self.open += 1
+                self._connecting += 1  # reserved for the waiter; it re-counts in _connect_in_slot
                 fut.set_result(None)
                 return
 

@@ -1,0 +1,94 @@
+"""What serves requests in one process: scheduler, admission, dispatcher, outlier detection, the
+embedded proxy's HTTP server and (when enabled) the ext_proc picker, over one `EndpointPool`.
+
+The gateway process owns one (next to discovery, scraper and agent), and each extra worker process
+(`cluster_gateway/workers/`) owns one over a replica of the pool, so both run the same code.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+from cluster_gateway.extproc.server import ExtProcServer, PickerService
+from cluster_gateway.extproc.tls import server_credentials
+from cluster_gateway.observability import GatewayMetrics
+from cluster_gateway.pool import EndpointPool
+from cluster_gateway.proxy.app import ProxyApp
+from cluster_gateway.proxy.forward import Forwarder
+from cluster_gateway.request_path.admission import AdmissionQueue
+from cluster_gateway.request_path.dispatch import Dispatcher
+from cluster_gateway.request_path.outliers import OutlierDetector
+from cluster_gateway.scheduling.scheduler import Scheduler
+from cluster_gateway.scheduling.types import ScheduleResult
+from common.asgi import EmbeddedServer, server_config
+from common.config.gateway import GatewaySpec
+
+log = logging.getLogger("fleetgate.gateway")
+
+
+class DataPlane:
+    def __init__(
+        self, spec: GatewaySpec, pool: EndpointPool, metrics: GatewayMetrics, worker: int = 0
+    ) -> None:
+        self.spec = spec
+        self.pool = pool
+        self.metrics = metrics
+        self.worker = worker
+        # One staleness bound for scraper and scheduler, so "fresh" means the same in both.
+        self.scheduler = Scheduler(
+            pool,
+            spec.scheduling,
+            staleness_s=spec.scrape.max_staleness_ms / 1000.0,
+            dead_after_failures=spec.scrape.stale_after_misses,
+        )
+        self.admission: AdmissionQueue[ScheduleResult] = AdmissionQueue(
+            spec.admission.queue_size, spec.admission.queue_timeout_ms / 1000.0
+        )
+        self.dispatcher = Dispatcher(pool, self.scheduler, self.admission, metrics)
+        # one outlier detector for both data paths: a pod failing behind Envoy is out of the
+        # proxy's picks too, and the reverse
+        self.outliers = OutlierDetector(
+            pool,
+            spec.proxy.outlier_detection,
+            on_eject=lambda _pod, reason, _s: metrics.ejections.labels(reason).inc(),
+        )
+        self.forwarder = Forwarder(pool, self.dispatcher, metrics, spec.proxy, outliers=self.outliers)
+        self._server: EmbeddedServer | None = None
+        self._extproc: ExtProcServer | None = None
+
+    async def start(
+        self, sock: socket.socket, extproc_port: int | None, *, reuse_port: bool = False
+    ) -> tuple[int, int]:
+        """Serve HTTP on `sock` (and ext_proc on `extproc_port` when given); returns both bound ports."""
+        app = ProxyApp(
+            self.pool, self.dispatcher, self.forwarder, self.metrics, self.spec.proxy, worker=self.worker
+        )
+        self._server = EmbeddedServer(server_config(app, self.spec.server))
+        http_port = await self._server.start_on(sock)
+        grpc_port = 0
+        if extproc_port is not None:
+            pcfg = self.spec.proxy
+            service = PickerService(
+                self.pool,
+                self.dispatcher,
+                self.metrics,
+                self.spec.ext_proc,
+                max_body_bytes=pcfg.max_body_bytes,
+                max_json_depth=pcfg.max_json_depth,
+                outliers=self.outliers,
+            )
+            self._extproc = ExtProcServer(
+                service, server_credentials(self.spec.ext_proc), reuse_port=reuse_port
+            )
+            grpc_port = await self._extproc.start(self.spec.host, extproc_port)
+        return http_port, grpc_port
+
+    async def stop(self) -> None:
+        if self._extproc is not None:
+            await self._extproc.stop()
+            self._extproc = None
+        if self._server is not None:
+            await self._server.stop(log)
+            self._server = None
+        self.forwarder.close()

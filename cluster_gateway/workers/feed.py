@@ -1,0 +1,82 @@
+"""The pool feed between a gateway process and its worker processes: messages and framing.
+
+One scrape of each pod, however many workers: the gateway process (discovery, scraper, agent)
+publishes its pool every `TICK_S` over a Unix socket; each worker applies it to its replica and
+answers with what only it knows — its own in-flight and dispatch counts, its admission queue, the
+pods its outlier detection ejected. The gateway sums those and sends every worker the others'
+counts, so each scheduler sees the whole gateway's in-flight requests.
+
+Bound on the counts: a worker sees another worker's dispatches at most ~2 ticks late (one report,
+one publish: ≤ 2 x `TICK_S` = 50 ms), the same order as the burst guard's scrape interval; its own
+are exact. Messages are msgpack (msgspec), length-prefixed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import msgspec
+
+from cluster_gateway.pool import EngineType, PodMetrics
+
+TICK_S = 0.025
+_LEN = struct.Struct("!I")
+MAX_MESSAGE = 64 * 1024 * 1024
+
+
+class PodView(msgspec.Struct, array_like=True, omit_defaults=True):
+    """One pod as the gateway process sees it (what a worker's replica copies)."""
+
+    name: str
+    address: str
+    port: int
+    engine: EngineType | None = None
+    labels: dict[str, str] = {}
+    metrics: PodMetrics | None = None
+    consecutive_failures: int = 0
+    stale: bool = True
+    base_models: list[str] = []
+    adapters: dict[str, str] = {}  # adapter → parent ("" when the pod did not say)
+    catalog_exact: bool = False
+    inflight: int = 0  # all processes' in-flight requests to the pod
+    dispatched_since_scrape: int = 0
+    ejected_until: float = 0.0  # time.monotonic(): one clock for every process on the host
+
+
+class Snapshot(msgspec.Struct, array_like=True):
+    version: int  # the gateway pool's membership version
+    pods: list[PodView]
+
+
+class WorkerReport(msgspec.Struct, array_like=True, omit_defaults=True):
+    worker: int
+    inflight: dict[str, int] = {}  # pod → this worker's in-flight requests
+    dispatched: dict[str, int] = {}  # pod → requests sent since the previous report
+    queued: dict[str, int] = {}  # requested model → requests waiting in this worker's admission
+    ejected: dict[str, float] = {}  # pod → ejected until (time.monotonic())
+
+
+_snapshot_decoder = msgspec.msgpack.Decoder(Snapshot)
+_report_decoder = msgspec.msgpack.Decoder(WorkerReport)
+_encoder = msgspec.msgpack.Encoder()
+
+
+def frame(msg: Snapshot | WorkerReport) -> bytes:
+    body = _encoder.encode(msg)
+    return _LEN.pack(len(body)) + body
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> bytes:
+    (n,) = _LEN.unpack(await reader.readexactly(_LEN.size))
+    if n > MAX_MESSAGE:
+        raise ValueError(f"feed message of {n} bytes")
+    return await reader.readexactly(n)
+
+
+async def read_snapshot(reader: asyncio.StreamReader) -> Snapshot:
+    return _snapshot_decoder.decode(await _read_frame(reader))
+
+
+async def read_report(reader: asyncio.StreamReader) -> WorkerReport:
+    return _report_decoder.decode(await _read_frame(reader))

@@ -1,0 +1,173 @@
+"""Gateway worker processes: a data plane each over a pool replica, sharing the gateway's ports.
+
+`fleetgate gateway --workers N` keeps one control plane (discovery, one scrape of each pod, the
+capacity agent) in the gateway process, which also serves requests, and starts N-1 worker
+processes that serve on the same HTTP (and ext_proc) port through SO_REUSEPORT, so the kernel
+spreads connections over every core. Workers learn the pool from the feed (`feed.py`) and never
+scrape. A worker that dies is restarted after a second; a worker whose feed closes (the gateway
+process went away) stops.
+
+    python -m cluster_gateway.workers.process --spec FILE --feed PATH --worker K --port P [--extproc-port Q]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import msgspec
+
+from cluster_gateway.data_plane import DataPlane
+from cluster_gateway.observability import GatewayMetrics
+from cluster_gateway.pool import EndpointPool
+from cluster_gateway.workers.replica import PoolReplica
+from common.asgi import listen_socket
+from common.config.gateway import GatewaySpec
+
+log = logging.getLogger("fleetgate.gateway.workers")
+
+SYNC_TIMEOUT_S = 30.0
+RESTART_PAUSE_S = 1.0
+
+
+class WorkerSupervisor:
+    """Starts, restarts and stops the worker processes of one gateway."""
+
+    def __init__(self, spec: GatewaySpec, count: int, feed: str, port: int, extproc_port: int | None) -> None:
+        self.spec = spec
+        self.count = count
+        self.feed = feed
+        self.port = port
+        self.extproc_port = extproc_port
+        self._dir = tempfile.TemporaryDirectory(prefix="fleetgate-workers-")
+        self._spec_file = Path(self._dir.name) / "spec.json"
+        self._spec_file.write_bytes(msgspec.json.encode(spec))
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    def _spawn(self, worker: int) -> subprocess.Popen[bytes]:
+        cmd = [
+            sys.executable,
+            "-m",
+            "cluster_gateway.workers.process",
+            "--spec",
+            str(self._spec_file),
+            "--feed",
+            self.feed,
+            "--worker",
+            str(worker),
+            "--port",
+            str(self.port),
+            "--log-level",
+            logging.getLevelName(logging.getLogger().getEffectiveLevel()),
+        ]
+        if self.extproc_port is not None:
+            cmd += ["--extproc-port", str(self.extproc_port)]
+        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+
+    def start(self) -> None:
+        for k in range(1, self.count):
+            self._procs[k] = self._spawn(k)
+        self._task = asyncio.create_task(self._watch(), name="gateway-workers")
+
+    async def _watch(self) -> None:
+        while not self._stopping:
+            await asyncio.sleep(RESTART_PAUSE_S)
+            for k, proc in list(self._procs.items()):
+                if proc.poll() is not None and not self._stopping:
+                    log.warning("gateway worker %d exited with %s; restarting it", k, proc.returncode)
+                    self._procs[k] = self._spawn(k)
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._procs.values()]
+
+    async def stop(self, grace_s: float = 8.0) -> None:
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for proc in self._procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self._procs.values():
+            try:
+                await asyncio.to_thread(proc.wait, grace_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._procs.clear()
+        self._dir.cleanup()
+
+
+async def _serve(spec: GatewaySpec, args: argparse.Namespace) -> int:
+    pool = EndpointPool()
+    metrics = GatewayMetrics()
+    plane = DataPlane(spec, pool, metrics, worker=args.worker)
+    metrics.watch_pool(pool, lambda: len(plane.admission))
+    replica = PoolReplica(pool, args.feed, args.worker, plane.admission.depth_by_model)
+    feed = asyncio.create_task(replica.run())
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    synced = asyncio.create_task(replica.synced.wait())
+    await asyncio.wait({feed, synced}, timeout=SYNC_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
+    if not replica.synced.is_set():
+        synced.cancel()
+        feed.cancel()
+        log.error("gateway worker %d: no pool feed from the gateway process", args.worker)
+        return 1
+    await plane.start(
+        listen_socket(spec.host, args.port, reuse_port=True), args.extproc_port, reuse_port=True
+    )
+    log.info("gateway worker %d (pid %d) serving on port %d", args.worker, os.getpid(), args.port)
+
+    async def recheck() -> None:  # a snapshot may have freed a pod for queued requests
+        while True:
+            await asyncio.sleep(spec.scrape.interval_ms / 1000.0)
+            plane.admission.notify()
+
+    rechecker = asyncio.create_task(recheck())
+    stopped = asyncio.create_task(stop.wait())
+    await asyncio.wait({feed, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    rechecker.cancel()
+    await plane.stop()
+    feed.cancel()
+    with contextlib.suppress(BaseException):
+        await feed
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from common import runloop
+    from common.telemetry import setup_logging, setup_tracing
+
+    ap = argparse.ArgumentParser(
+        prog="python -m cluster_gateway.workers.process", description=__doc__.split("\n")[0]
+    )
+    ap.add_argument("--spec", required=True, help="the gateway spec as JSON (written by the gateway process)")
+    ap.add_argument("--feed", required=True, help="Unix socket of the gateway process's pool feed")
+    ap.add_argument("--worker", type=int, required=True, help="this worker's index (1..N-1)")
+    ap.add_argument("--port", type=int, required=True, help="the gateway's HTTP port (shared)")
+    ap.add_argument("--extproc-port", type=int, default=None, help="the gateway's ext_proc port (shared)")
+    ap.add_argument("--log-level", default="INFO", help="log level")
+    args = ap.parse_args(argv)
+    setup_logging("cluster-gateway", level=args.log_level)
+    setup_tracing("cluster-gateway")
+    spec = msgspec.json.decode(Path(args.spec).read_bytes(), type=GatewaySpec)
+    return runloop.run(_serve(spec, args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,118 @@
+"""Gateway-process side of the pool feed: publish the pool to workers, merge what they report."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from cluster_gateway.pool import EndpointPool, PodState
+from cluster_gateway.workers.feed import TICK_S, PodView, Snapshot, WorkerReport, frame, read_report
+
+log = logging.getLogger("fleetgate.gateway.workers")
+
+
+def pod_view(p: PodState, inflight: int) -> PodView:
+    e = p.endpoint
+    return PodView(
+        name=p.name,
+        address=e.address,
+        port=e.port,
+        engine=e.engine,
+        labels=dict(e.labels),
+        metrics=p.metrics,
+        consecutive_failures=p.consecutive_failures,
+        stale=p.stale,
+        base_models=sorted(p.base_models),
+        adapters={a: p.adapter_parents.get(a, "") for a in p.adapters},
+        catalog_exact=p.catalog_exact,
+        inflight=inflight,
+        dispatched_since_scrape=p.dispatched_since_scrape,
+        ejected_until=p.ejected_until,
+    )
+
+
+class _Worker:
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self.report = WorkerReport(worker=-1)
+
+
+class PoolPublisher:
+    """Serves the feed on a Unix socket; `run()` publishes every tick until cancelled."""
+
+    def __init__(self, pool: EndpointPool, path: str) -> None:
+        self.pool = pool
+        self.path = path
+        self._workers: list[_Worker] = []
+        self._server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_unix_server(self._serve, path=self.path)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        w = _Worker(writer)
+        self._workers.append(w)
+        try:
+            while True:
+                report = await read_report(reader)
+                self._merge(w, report)
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError):
+            pass
+        finally:
+            self._workers.remove(w)
+            self._forget(w)
+            writer.close()
+
+    def _merge(self, w: _Worker, report: WorkerReport) -> None:
+        """A worker's counts: remote in-flight and dispatches into the pool, its ejections too."""
+        prev = w.report.inflight
+        w.report = report
+        for name in set(prev) | set(report.inflight):
+            delta = report.inflight.get(name, 0) - prev.get(name, 0)
+            if delta and (pod := self.pool.get(name)) is not None:
+                pod.inflight = max(pod.local_inflight, pod.inflight + delta)
+        for name, n in report.dispatched.items():
+            if (pod := self.pool.get(name)) is not None:
+                pod.dispatched_since_scrape += n
+        for name, until in report.ejected.items():
+            if (pod := self.pool.get(name)) is not None and until > pod.ejected_until:
+                pod.ejected_until = until
+
+    def _forget(self, w: _Worker) -> None:
+        """A worker left (stopped or crashed): its in-flight requests are gone with it."""
+        for name, n in w.report.inflight.items():
+            if (pod := self.pool.get(name)) is not None:
+                pod.inflight = max(pod.local_inflight, pod.inflight - n)
+
+    def queued_by_model(self) -> dict[str, int]:
+        """Requests waiting in the workers' admission queues, per requested model."""
+        out: dict[str, int] = {}
+        for w in self._workers:
+            for model, n in w.report.queued.items():
+                out[model] = out.get(model, 0) + n
+        return out
+
+    def publish(self) -> None:
+        if not self._workers:
+            return
+        pods = self.pool.pods()
+        for w in self._workers:
+            own = w.report.inflight
+            views = [pod_view(p, p.inflight - own.get(p.name, 0)) for p in pods]
+            if not w.writer.is_closing():
+                w.writer.write(frame(Snapshot(self.pool.version, views)))
+
+    async def run(self) -> None:
+        while True:
+            self.publish()
+            await asyncio.sleep(TICK_S)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for w in list(self._workers):
+                w.writer.close()
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+            self._server = None

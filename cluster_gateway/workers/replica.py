@@ -1,0 +1,94 @@
+"""Worker side of the pool feed: keep a replica of the gateway's pool, report this worker's counts.
+
+`inflight` in a snapshot counts the *other* processes' requests (the publisher subtracts this
+worker's own), so the replica's `inflight = local_inflight + remote`: exact for this worker, about
+one tick late for the rest. Ejections are the union of the gateway's and this worker's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from cluster_gateway.pool import Endpoint, EndpointPool
+from cluster_gateway.workers.feed import TICK_S, Snapshot, WorkerReport, frame, read_snapshot
+
+log = logging.getLogger("fleetgate.gateway.worker")
+
+
+def apply_snapshot(pool: EndpointPool, snap: Snapshot, unreported: dict[str, int] | None = None) -> None:
+    """Copy the gateway's view into `pool`, keeping what only this worker knows; `unreported` are
+    this worker's dispatches the gateway has not counted yet (they stay in the burst guard)."""
+    unreported = unreported or {}
+    endpoints = {
+        v.name: Endpoint(name=v.name, address=v.address, port=v.port, engine=v.engine, labels=v.labels)
+        for v in snap.pods
+    }
+    current = {p.name: p.endpoint for p in pool.pods()}
+    if current != endpoints:
+        pool.set_endpoints(endpoints.values())
+    for v in snap.pods:
+        pod = pool.get(v.name)
+        if pod is None:
+            continue
+        pod.metrics = v.metrics
+        pod.consecutive_failures = v.consecutive_failures
+        pod.stale = v.stale
+        pod.inflight = pod.local_inflight + v.inflight
+        pod.dispatched_since_scrape = v.dispatched_since_scrape + unreported.get(v.name, 0)
+        if v.ejected_until > pod.ejected_until:
+            pod.ejected_until = v.ejected_until
+        if v.catalog_exact:
+            pool.set_catalog(v.name, v.base_models, {a: p for a, p in v.adapters.items()})
+        elif v.base_models:
+            pool.set_models(v.name, v.base_models)
+
+
+class PoolReplica:
+    """Connects to the gateway's feed and keeps `pool` in step; reports every tick."""
+
+    def __init__(
+        self, pool: EndpointPool, path: str, worker: int, queued: Callable[[], dict[str, int]]
+    ) -> None:
+        self.pool = pool
+        self.path = path
+        self.worker = worker
+        self._queued = queued
+        self._sent_dispatches: dict[str, int] = {}
+        self.synced = asyncio.Event()  # the first snapshot arrived
+
+    def unreported(self) -> dict[str, int]:
+        sent = self._sent_dispatches
+        return {p.name: d for p in self.pool.pods() if (d := p.dispatched_total - sent.get(p.name, 0)) > 0}
+
+    def report(self) -> WorkerReport:
+        inflight: dict[str, int] = {}
+        ejected: dict[str, float] = {}
+        for p in self.pool.pods():
+            if p.local_inflight:
+                inflight[p.name] = p.local_inflight
+            if p.ejected_until:
+                ejected[p.name] = p.ejected_until
+        dispatched = self.unreported()
+        self._sent_dispatches = {p.name: p.dispatched_total for p in self.pool.pods()}
+        return WorkerReport(self.worker, inflight, dispatched, self._queued(), ejected)
+
+    async def run(self) -> None:
+        """Until cancelled; a lost feed (the gateway process went away) ends the worker."""
+        reader, writer = await asyncio.open_unix_connection(self.path)
+
+        async def send_reports() -> None:
+            while True:
+                writer.write(frame(self.report()))
+                await asyncio.sleep(TICK_S)
+
+        sender = asyncio.create_task(send_reports())
+        try:
+            while True:
+                snap = await read_snapshot(reader)
+                apply_snapshot(self.pool, snap, self.unreported())
+                self.synced.set()
+        finally:
+            sender.cancel()
+            writer.close()

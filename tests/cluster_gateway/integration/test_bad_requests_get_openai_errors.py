@@ -63,7 +63,7 @@ async def test_responses_are_not_held_back_by_nagle() -> None:
     import time
 
     async with running([tiny()]) as (_fleet, gw, c):
-        server = gw._server
+        server = gw.data._server
         assert server is not None
         sock = server.servers[0].sockets[0]
         assert sock.proto == socket.IPPROTO_TCP

@@ -29,6 +29,7 @@ from common.asgi import ClientGone, read_body, run_until_disconnect
 from common.config.router import GlobalRouterConfig
 from common.errors import OpenAIError, error_body, not_found_model
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, parse_request
+from common.telemetry import data_path_span, spans_exported
 from global_router.dispatch_tracker import DispatchTracker
 from global_router.failover import ClusterHealth, RetryBudget
 from global_router.fleet_report import fleet_report
@@ -107,8 +108,10 @@ class CompletionHandler:
             )
             return
         headers = decode_headers(scope["headers"])
-        ctx = extract(headers)
-        token = otel_context.attach(ctx)
+        if not spans_exported():  # the client's traceparent is forwarded as is (see data_path_span)
+            await self._handle(scope["path"], headers, receive, send)
+            return
+        token = otel_context.attach(extract(headers))
         try:
             await self._handle(scope["path"], headers, receive, send)
         finally:
@@ -130,7 +133,7 @@ class CompletionHandler:
                 sheddable=tenant.sheddable,
             )
             t0 = time.perf_counter()
-            with tracer.start_as_current_span("router.select") as span:
+            with data_path_span(tracer, "router.select") as span:
                 ranking = s.selector.rank(s.fleet.snapshot(), sel_req, ejected=s.health.ejected())
                 span.set_attribute("fleetgate.cluster", ranking.candidates[0].cluster_id)
                 span.set_attribute("fleetgate.candidates", len(ranking.candidates))

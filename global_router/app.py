@@ -29,6 +29,7 @@ from common.asgi import ClientGone, read_body, run_until_disconnect
 from common.config.router import GlobalRouterConfig
 from common.errors import OpenAIError, error_body, not_found_model
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, parse_request
+from common.request_log import REQUEST_ID_HEADER, RequestRecord, request_id, with_request_id
 from common.telemetry import data_path_span, spans_exported
 from global_router.dispatch_tracker import DispatchTracker
 from global_router.failover import ClusterHealth, RetryBudget
@@ -108,23 +109,34 @@ class CompletionHandler:
             )
             return
         headers = decode_headers(scope["headers"])
-        if not spans_exported():  # the client's traceparent is forwarded as is (see data_path_span)
-            await self._handle(scope["path"], headers, receive, send)
-            return
-        token = otel_context.attach(extract(headers))
+        rid = request_id(headers.get(REQUEST_ID_HEADER))
+        headers[REQUEST_ID_HEADER] = rid  # the gateway (and the pod) log the same id
+        rec = RequestRecord(rid, scope["path"])
+        send = with_request_id(send, rid)
         try:
-            await self._handle(scope["path"], headers, receive, send)
+            if not spans_exported():  # the client's traceparent is forwarded as is (data_path_span)
+                await self._handle(scope["path"], headers, receive, send, rec)
+                return
+            token = otel_context.attach(extract(headers))
+            try:
+                await self._handle(scope["path"], headers, receive, send, rec)
+            finally:
+                otel_context.detach(token)
         finally:
-            otel_context.detach(token)
+            rec.write(self.s.cfg.access_log)
 
-    async def _handle(self, path: str, headers: dict[str, str], receive: Receive, send: Send) -> None:
+    async def _handle(
+        self, path: str, headers: dict[str, str], receive: Receive, send: Send, rec: RequestRecord
+    ) -> None:
         s = self.s
         traffic_class = "-"
         try:
             tenant = s.tenants.authenticate(headers.get("authorization"))
-            traffic_class = tenant.traffic_class
+            traffic_class = rec.traffic_class = tenant.traffic_class
+            rec.tenant = tenant.name
             body = await read_body(receive, headers.get("content-length"), self.max_body)
             parsed = parse_request(body, path)
+            rec.model, rec.stream, rec.prompt_tokens = parsed.model, parsed.stream, parsed.prompt_tokens
             s.tenants.check_model(tenant, parsed.model)
             sel_req = SelectionRequest(
                 model=parsed.model,
@@ -156,14 +168,16 @@ class CompletionHandler:
                 traffic_class=tenant.traffic_class,
             )
         except ClientGone:
+            rec.outcome = CANCELLED
             s.metrics.requests.labels("-", traffic_class, CANCELLED).inc()
             return
         except OpenAIError as err:
+            rec.status, rec.outcome = err.status, REJECTED
             s.metrics.requests.labels("-", traffic_class, REJECTED).inc()
             await _send_json(send, err.status, err.body_bytes(), err.headers)
             return
         await self._forward_watching_disconnect(
-            ranking.candidates, fwd, admission, traffic_class, receive, send
+            ranking.candidates, fwd, admission, traffic_class, receive, send, rec
         )
 
     async def _forward_watching_disconnect(
@@ -174,6 +188,7 @@ class CompletionHandler:
         traffic_class: str,
         receive: Receive,
         send: Send,
+        rec: RequestRecord,
     ) -> None:
         s = self.s
         state: dict[str, Any] = {"delivery": None, "outcome": CANCELLED, "cluster": "-", "started": False}
@@ -183,10 +198,12 @@ class CompletionHandler:
                 delivery = await s.forwarder.open(candidates, fwd)
             except OpenAIError as err:
                 state["outcome"] = FAILED
+                rec.status = err.status
                 await _send_json(send, err.status, err.body_bytes(), {**admission.headers, **err.headers})
                 return
             state["delivery"] = delivery
             state["cluster"] = delivery.cluster_id
+            rec.first_token()
             s.rates.mark(delivery.cluster_id)
             hdrs = {**delivery.headers, **admission.headers, CLUSTER_HEADER: delivery.cluster_id}
             state["started"] = True
@@ -245,6 +262,11 @@ class CompletionHandler:
                     used = delivery.used_tokens
             await s.limiter.complete(admission, used)
             s.metrics.requests.labels(state["cluster"], traffic_class, state["outcome"]).inc()
+            rec.target, rec.outcome = state["cluster"], state["outcome"]
+            if delivery is not None:
+                rec.status, rec.attempts = delivery.status, delivery.attempts
+                if used and delivery.ok:
+                    rec.completion_tokens = max(0, used - fwd.prompt_tokens)
 
 
 def build_app(s: RouterServices) -> Litestar:

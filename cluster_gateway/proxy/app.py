@@ -27,6 +27,7 @@ from common.asgi import ClientGone, ResponseAborted, read_body, run_until_discon
 from common.config.gateway import Proxy
 from common.errors import OpenAIError
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, ParsedRequest, parse_request
+from common.request_log import REQUEST_ID_HEADER, RequestRecord, request_id, with_request_id
 from common.telemetry import extract_context
 
 log = logging.getLogger("fleetgate.gateway.proxy")
@@ -38,11 +39,12 @@ Send = Callable[[Message], Awaitable[None]]
 Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _JSON = [(b"content-type", b"application/json")]
+_RID = REQUEST_ID_HEADER.encode()
 
 
-def _content_length(scope: Scope) -> str | None:
+def _header(scope: Scope, name: bytes) -> str | None:
     for k, v in scope["headers"]:
-        if k == b"content-length":
+        if k == name:
             return str(v.decode("latin-1"))
     return None
 
@@ -79,6 +81,7 @@ class ProxyApp:
         cfg: Proxy,
         *,
         worker: int = 0,
+        access_log: bool = True,
     ) -> None:
         self.pool = pool
         self._health_body = msgspec.json.encode({"status": "ok", "worker": worker})
@@ -87,6 +90,7 @@ class ProxyApp:
         self.metrics = metrics
         self.max_body = cfg.max_body_bytes
         self.max_depth = cfg.max_json_depth
+        self.access_log = access_log
         self.routes: dict[tuple[str, str], Handler] = {
             ("POST", COMPLETIONS_PATH): self._completion,
             ("POST", CHAT_PATH): self._completion,
@@ -104,6 +108,10 @@ class ProxyApp:
         if scope["type"] != "http":
             return
         handler = self.routes.get((scope["method"], scope["path"]))
+        if handler == self._completion:  # bound methods: equal, never identical
+            await handler(scope, receive, send)
+            return
+        send = with_request_id(send, request_id(_header(scope, _RID)))
         if handler is not None:
             await handler(scope, receive, send)
         elif scope["path"] in self._paths:
@@ -131,20 +139,31 @@ class ProxyApp:
     async def _completion(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
         state = _RequestState()
+        headers = client_headers(scope["headers"])
+        rid = request_id(headers.get(REQUEST_ID_HEADER))
+        headers[REQUEST_ID_HEADER] = rid  # the pod gets the same id (vLLM logs and echoes it)
+        rec = RequestRecord(rid, path)
+        send = with_request_id(send, rid)
         try:
-            body = await read_body(receive, _content_length(scope), self.max_body)
+            body = await read_body(receive, headers.get("content-length"), self.max_body)
             parsed = parse_request(body, path, self.max_depth)
-            headers = client_headers(scope["headers"])
-            await self._serve_until_disconnect(state, parsed, headers, path, body, receive, send)
+            rec.model, rec.stream = parsed.model, parsed.stream
+            await self._serve_until_disconnect(state, parsed, headers, path, body, receive, send, rec)
         except ClientGone:
+            rec.outcome = CANCELLED
             if not state.counted:
                 self.metrics.request_done("-", state.profile, CANCELLED)
         except StreamBroken:
             raise ResponseAborted from None  # bytes are out: closing the connection is the signal
         except OpenAIError as err:
+            outcome = SHED if err.status == 429 else REJECTED
             if not isinstance(err, NoPodAnswered):  # the forwarder already counted its attempts
-                self.metrics.request_done("-", state.profile, SHED if err.status == 429 else REJECTED)
+                self.metrics.request_done("-", state.profile, outcome)
+            rec.status, rec.outcome = err.status, outcome if rec.outcome == "-" else rec.outcome
             await send_error(send, err)
+        finally:
+            rec.profile = state.profile
+            rec.write(self.access_log)
 
     async def _serve_until_disconnect(
         self,
@@ -155,6 +174,7 @@ class ProxyApp:
         body: bytes,
         receive: Receive,
         send: Send,
+        rec: RequestRecord,
     ) -> None:
         """Pick and forward while watching for the client leaving.
 
@@ -175,7 +195,7 @@ class ProxyApp:
                 state.profile = pick.profile
                 state.counted = True  # from here the forwarder records the outcome
                 await self.forwarder.forward(
-                    pick, path, body, upstream_request_headers(headers), guarded_send
+                    pick, path, body, upstream_request_headers(headers), guarded_send, rec
                 )
             finally:
                 otel_context.detach(token)

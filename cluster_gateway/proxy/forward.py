@@ -28,6 +28,7 @@ from cluster_gateway.request_path.headers import downstream_response_headers
 from cluster_gateway.request_path.outliers import OutlierDetector
 from common.config.gateway import Proxy
 from common.errors import OpenAIError
+from common.request_log import RequestRecord
 from common.retry_budget import RetryBudget
 from common.telemetry import data_path_span, inject_traceparent
 from common.upstream import Response, UpstreamError, UpstreamPools
@@ -97,8 +98,18 @@ class Forwarder:
             self.outliers.forget_departed()
         return self.upstreams.get(pod.endpoint.address, pod.endpoint.port)
 
-    async def forward(self, pick: Pick, path: str, body: bytes, headers: dict[str, str], send: Send) -> None:
-        """Deliver the request to the first pod that answers; raises OpenAIError if none does."""
+    async def forward(
+        self,
+        pick: Pick,
+        path: str,
+        body: bytes,
+        headers: dict[str, str],
+        send: Send,
+        rec: RequestRecord | None = None,
+    ) -> None:
+        """Deliver the request to the first pod that answers; raises OpenAIError if none does.
+        `rec` (the access-log record) learns the pod, attempts, status, first-token time, outcome."""
+        rec = rec or RequestRecord("-", path)
         pods = self.outliers.rank(pick.pods)
         attempts = min(self.max_attempts, len(pods))
         self.budget.record_request()
@@ -113,6 +124,7 @@ class Forwarder:
                 break
             pod = pods[i]
             tried += 1
+            rec.attempts, rec.target = tried, pod.name
             has_next = i + 1 < attempts  # (a 5xx/429 on the last attempt is passed on as is)
             self.dispatcher.dispatched(pick, pod)
             outcome = FAILED
@@ -166,6 +178,8 @@ class Forwarder:
                         continue
                     committed = True
                     self.metrics.ttft.labels(pod.name).observe(time.monotonic() - t0)
+                    rec.first_token()
+                    rec.status = resp.status
                     outcome = await self._relay(resp, first, pod, send)
                     return
             except asyncio.CancelledError:
@@ -176,10 +190,13 @@ class Forwarder:
                     resp.release()
                 self.dispatcher.finished(pod)
                 if committed:
+                    rec.outcome = outcome
                     self.metrics.request_done(pod.name, pick.profile, outcome)
         if held is not None:
+            rec.status, rec.outcome, rec.target = held[1], UPSTREAM_ERROR, held[0].name
             await self._send_held(held, pick, send)
             return
+        rec.outcome = FAILED
         self.metrics.request_done(pods[tried - 1].name if tried else "-", pick.profile, FAILED)
         raise NoPodAnswered(
             503,

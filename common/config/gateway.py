@@ -220,6 +220,7 @@ class GatewaySpec(_Base, kw_only=True):
     global_router: GlobalRouterLink | None = None
     capacity: CapacityInfo = msgspec.field(default_factory=CapacityInfo)
     server: HttpServer = msgspec.field(default_factory=HttpServer)
+    access_log: bool = True  # one JSON line per request on logger fleetgate.access (common/request_log.py)
 
 
 # The CRD whose `spec` is GatewaySpec (deploy/ renders it from this schema).

@@ -125,6 +125,7 @@ class GlobalRouterConfig(_Base, kw_only=True):
     failover: Failover = msgspec.field(default_factory=Failover)
     max_body_bytes: Annotated[int, Meta(ge=1024)] = 8 * 1024 * 1024
     server: HttpServer = msgspec.field(default_factory=HttpServer)
+    access_log: bool = True  # one JSON line per request on logger fleetgate.access (common/request_log.py)
     rate_limits: RateLimitSettings = msgspec.field(default_factory=RateLimitSettings)
     admin_key_sha256: Annotated[str, Meta(pattern="^[0-9a-f]{64}$")] | None = None  # POST /admin/*
     public_status: bool = True  # False: `/` and `/fleet` need the admin key too (they show gateway URLs)

@@ -5,6 +5,7 @@ server (vLLM-shaped /metrics and /v1/models) so the test can see the raw request
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -120,5 +121,34 @@ async def test_pod_gets_the_request_without_internal_headers_and_with_trace_cont
     for gone in ("x-gateway-destination-endpoint", "x-fleetgate-pod", "te"):
         assert gone not in headers
     _version, tid, parent, _flags = headers["traceparent"].split("-")
-    assert tid == trace_id  # same trace ...
-    assert parent != "b7ad6b7169203331"  # ... but the parent is the gateway's own span
+    assert tid == trace_id  # same trace; nothing is exported here, so the gateway makes no span of
+    assert parent == "b7ad6b7169203331"  # its own and the pod's parent is the client's (see
+    # common.telemetry.data_path_span; with an exporter the parent is the gateway's span:
+    # tests/cluster_gateway/integration/test_streaming_and_openai_client.py)
+
+
+async def test_the_request_id_reaches_the_pod_comes_back_and_is_in_the_access_log(
+    pod_and_gateway: tuple[CapturingPod, ClusterGateway], caplog: pytest.LogCaptureFixture
+) -> None:
+    pod, gw = pod_and_gateway
+    body = b'{"model": "m-1", "messages": [{"role": "user", "content": "hi"}]}'
+    caplog.set_level(logging.INFO, logger="fleetgate.access")
+    async with httpx.AsyncClient(base_url=gw.url, headers={"content-type": "application/json"}) as c:
+        r = await c.post("/v1/chat/completions", content=body, headers={"x-request-id": "abc"})
+        assert r.status_code == 200 and r.headers["x-request-id"] == "abc"
+        assert pod.requests[-1][1]["x-request-id"] == "abc"
+        lines = [rec for rec in caplog.records if getattr(rec, "request_id", None) == "abc"]
+        assert len(lines) == 1
+        line = lines[0]
+        assert (line.status, line.outcome, line.model, line.attempts) == (200, "ok", "m-1", 1)  # type: ignore[attr-defined]
+        assert line.target == gw.pool.pods()[0].name and line.ttft_ms >= 0  # type: ignore[attr-defined]
+        # an id that is not a plain token is replaced, and the new one travels the same way
+        r = await c.post("/v1/chat/completions", content=body, headers={"x-request-id": "no spaces please"})
+        rid = r.headers["x-request-id"]
+        assert rid != "no spaces please" and pod.requests[-1][1]["x-request-id"] == rid
+        # errors carry it too
+        r = await c.post("/v1/chat/completions", content=b"{oops", headers={"x-request-id": "err-1"})
+        assert r.status_code == 400 and r.headers["x-request-id"] == "err-1"
+        assert r.headers["content-type"] == "application/json"
+        r = await c.get("/nope", headers={"x-request-id": "err-2"})
+        assert r.status_code == 404 and r.headers["x-request-id"] == "err-2"

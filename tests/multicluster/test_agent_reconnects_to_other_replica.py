@@ -16,8 +16,9 @@ pytestmark = [pytest.mark.netns, pytest.mark.timeout(180), pytest.mark.topology(
 
 
 async def test_agent_reconnects_to_the_other_replica(bed: Testbed) -> None:
-    # use1 is cluster 0: its agent's balancer prefers replica 0
-    assert bed.agent_connected(0, "use1") and not bed.agent_connected(1, "use1")
+    # use1 is cluster 0: its agent's balancer prefers replica 0 (started before any gateway)
+    await wait_for(lambda: bed.agent_connected(0, "use1"), 10, "use1's agent at replica 0")
+    assert not bed.agent_connected(1, "use1")
     bed.procs["router0"].stop(signal.SIGKILL)
     killed = time.monotonic()
     fresh_throughout = True

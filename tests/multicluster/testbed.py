@@ -40,6 +40,7 @@ import yaml
 
 from common.wanrelay import ControlClient
 from global_router.tenants import hash_key
+from modelsim.profiles import get_profile
 from tests.multicluster.netns import Namespaces
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,6 +50,7 @@ SIM_BASE_PORT = 9000
 ROUTER_HTTP_PORT = 8000  # replica r listens on 8000 + r
 ROUTER_GRPC_PORT = 50051  # and 50051 + r
 REDIS_PORT = 6379
+SIM_PROFILE = "tiny"
 _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
@@ -233,11 +235,13 @@ class Testbed:
             gw_argv = ["-m", "fleetgate", "gateway", "--config", str(self.workdir / f"{c.cluster_id}.yaml")]
             self._proc(f"gw-{c.cluster_id}", f"c{i}", [sys.executable, *gw_argv, "--log-format", "text"])
         redis.wait_log(r"Ready to accept connections", timeout_s=_left(deadline))
-        for p in self.procs.values():
-            if p.name not in ("redis", "relay"):
+        for p in self.procs.values():  # routers and pods first: each agent then meets its replica
+            if p.name.startswith(("router", "sim-")):
                 p.start()
         for r in range(self.topo.routers):
             self.procs[f"router{r}"].wait_log(r"global router listening on", timeout_s=_left(deadline))
+        for c in self.topo.clusters:
+            self.procs[f"gw-{c.cluster_id}"].start()
         for c in self.topo.clusters:
             self.procs[f"sim-{c.cluster_id}"].wait_log(r"listening on", c.pods, timeout_s=_left(deadline))
             self.procs[f"gw-{c.cluster_id}"].wait_log(
@@ -351,8 +355,17 @@ class Testbed:
         return [
             sys.executable,
             *("-m", "fleetgate", "sim", "--pods", str(c.pods), "--base-port", str(SIM_BASE_PORT)),
-            *("--profile", "tiny", "--time-scale", repr(self.topo.time_scale), "--log-level", "warning"),
+            *("--profile", SIM_PROFILE, "--time-scale", repr(self.topo.time_scale), "--log-level", "warning"),
         ]
+
+    def _pod_performance(self) -> dict[str, float]:
+        """What an operator quotes from a benchmark of the hardware (as the demo does), so a cluster
+        that has not served yet is not judged on the agent's cautious default prior."""
+        hw = get_profile(SIM_PROFILE)
+        return {
+            "prefillMs": round(hw.expected_ttft_s(600) * 1000.0 * self.topo.time_scale, 1),
+            "decodeTokensPerSecond": round(1.0 / (hw.expected_itl_s(8, 600) * self.topo.time_scale), 1),
+        }
 
     def _write_gateway_config(self, i: int, c: ClusterPlan) -> None:
         token = self.workdir / f"{c.cluster_id}.token"
@@ -374,7 +387,7 @@ class Testbed:
                 "tokenFile": str(token),
                 "reportIntervalMs": self.topo.report_interval_ms,
             },
-            "capacity": {"costPerGpuHour": c.cost_per_gpu_hour},
+            "capacity": {"costPerGpuHour": c.cost_per_gpu_hour, "podPerformance": self._pod_performance()},
         }
         (self.workdir / f"{c.cluster_id}.yaml").write_text(yaml.safe_dump(data))
 

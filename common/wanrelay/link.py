@@ -12,7 +12,8 @@ link is made at the byte-stream level. What an application sees is kept faithful
   going to / coming from the target (a one-way partition: each side believes its writes went out);
 - a target that refuses (or no target at all) resets the accepted connection, as a refused connect
   would have, so the caller's "connection failed" handling runs.
-Several targets make the link an L4 load balancer: `first` (in-order failover, deterministic) or
+A target is host:port or unix:/path (a way out of a namespace, e.g. a host-side endpoint into the
+bed). Several targets make the link an L4 load balancer: `first` (in-order failover, deterministic) or
 `round_robin`.
 """
 
@@ -71,6 +72,11 @@ def parse_address(addr: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit():
         raise ValueError(f"address {addr!r} is not host:port")
     return host.strip("[]"), int(port)
+
+
+def _target(addr: str) -> tuple[str, int]:
+    """host:port, or ("unix:/path", 0) for a Unix socket target."""
+    return (addr, 0) if addr.startswith("unix:") else parse_address(addr)
 
 
 def _abort(writer: asyncio.StreamWriter) -> None:
@@ -176,7 +182,7 @@ class Link:
         self.rng = rng or random.Random()
         self.stats = LinkStats()
         self.bound = ""
-        self._targets = [parse_address(t) for t in targets]
+        self._targets = [_target(t) for t in targets]
         self._turn = 0
         self._server: asyncio.Server | None = None
         self._conns: set[_Connection] = set()
@@ -185,7 +191,7 @@ class Link:
 
     @property
     def targets(self) -> list[str]:
-        return [f"{h}:{p}" for h, p in self._targets]
+        return [t if not p else f"{t}:{p}" for t, p in self._targets]
 
     async def start(self) -> str:
         """Listen; returns the bound address (host:port with the real port, or unix:/path)."""
@@ -222,7 +228,7 @@ class Link:
 
     def set_targets(self, targets: list[str]) -> None:
         """New connections go to these; live ones keep their target (a draining load balancer)."""
-        self._targets = [parse_address(t) for t in targets]
+        self._targets = [_target(t) for t in targets]
 
     def reset(self) -> int:
         """Abort every live connection with an RST both ways; returns how many there were."""
@@ -242,10 +248,13 @@ class Link:
         for host, port in self._order():
             try:
                 async with asyncio.timeout(self.connect_timeout_s):
-                    r, w = await asyncio.open_connection(host, port)
+                    if port:
+                        r, w = await asyncio.open_connection(host, port)
+                    else:
+                        r, w = await asyncio.open_unix_connection(host.removeprefix("unix:"))
             except (OSError, TimeoutError):
                 continue
-            return r, w, f"{host}:{port}"
+            return r, w, f"{host}:{port}" if port else host
         return None
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

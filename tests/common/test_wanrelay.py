@@ -157,3 +157,19 @@ async def test_control_socket_drives_links(echo: str, tmp_path: Path) -> None:
     finally:
         server.close()
         await relays.close()
+
+
+async def test_unix_listener_and_unix_target(echo: str, tmp_path: Path) -> None:
+    inner = Link("inner", f"unix:{tmp_path / 'in.sock'}", [echo])
+    await inner.start()
+    outer = Link("outer", "127.0.0.1:0", [f"unix:{tmp_path / 'in.sock'}"])
+    await outer.start()
+    try:
+        r, w = await _open(outer)
+        w.write(b"z")
+        assert await asyncio.wait_for(r.readexactly(1), 5) == b"z"
+        assert outer.targets == [f"unix:{tmp_path / 'in.sock'}"]
+        w.close()
+    finally:
+        await outer.stop()
+        await inner.stop()

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.multicluster import netns
-from tests.multicluster.testbed import Testbed, Topology
+from fleetgate.netbed import netns
+from fleetgate.netbed.bed import Testbed, Topology
 
 
 @functools.cache

@@ -6,10 +6,23 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import httpx
 
-from tests.multicluster.testbed import MODEL, Request
+from fleetgate.netbed.bed import MODEL
+
+
+@dataclass
+class Request:
+    """One client request's outcome, for the scenarios' bookkeeping."""
+
+    started: float
+    finished: float
+    status: int  # 0: no HTTP answer at all
+    cluster: str
+    error: str = ""
+    stream_error: bool = False  # a stream that ended in an SSE error event
 
 
 def chat(max_tokens: int = 8, stream: bool = False) -> dict[str, object]:

@@ -9,8 +9,8 @@ import statistics
 
 import pytest
 
+from fleetgate.netbed.bed import Testbed
 from tests.multicluster.load import failures, one, wait_for
-from tests.multicluster.testbed import Testbed
 from tests.multicluster.topologies import THREE_REGIONS
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(180), pytest.mark.topology(THREE_REGIONS)]

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
+from fleetgate.netbed.bed import Testbed
 from tests.multicluster.load import failures, run_load, wait_for
-from tests.multicluster.testbed import Testbed
 from tests.multicluster.topologies import TWO_REGIONS
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(180), pytest.mark.topology(TWO_REGIONS)]

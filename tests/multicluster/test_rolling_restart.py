@@ -8,8 +8,8 @@ import time
 
 import pytest
 
+from fleetgate.netbed.bed import ROUTER_HTTP_PORT, Testbed
 from tests.multicluster.load import failures, run_load, wait_for
-from tests.multicluster.testbed import ROUTER_HTTP_PORT, Testbed
 from tests.multicluster.topologies import TWO_REGIONS
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(240), pytest.mark.topology(TWO_REGIONS)]

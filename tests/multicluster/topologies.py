@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.multicluster.testbed import ClusterPlan, Topology
+from fleetgate.netbed.bed import ClusterPlan, Topology
 
 REGION_MS = {"us-east": 20.0, "eu-west": 60.0, "ap-south": 150.0}
 

@@ -39,11 +39,11 @@ import httpx
 import yaml
 
 from common.wanrelay import ControlClient
+from fleetgate.netbed.netns import Namespaces
 from global_router.tenants import hash_key
 from modelsim.profiles import get_profile
-from tests.multicluster.netns import Namespaces
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]  # the checkout, put on the children's PYTHONPATH
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 GATEWAY_PORT = 8080
 SIM_BASE_PORT = 9000
@@ -175,19 +175,9 @@ class NsProcess:
 
 
 @dataclass
-class Request:
-    """One client request's outcome, for the scenarios' bookkeeping."""
-
-    started: float
-    finished: float
-    status: int  # 0: no HTTP answer at all
-    cluster: str
-    error: str = ""
-    stream_error: bool = False  # a stream that ended in an SSE error event
-
-
-@dataclass
 class Testbed:
+    """One run's fleet; `start()` builds it, `close()` removes every trace of it."""
+
     __test__ = False  # not a pytest test class
     topo: Topology
     workdir: Path

@@ -75,6 +75,7 @@ class Topology:
     stale_after_s: float = 3.0
     report_interval_ms: int = 250
     redis_report_ttl_s: float = 10.0
+    limited_rpm: int = 600  # requests/minute of the `limited` tenant (limits accuracy across replicas)
 
     def __post_init__(self) -> None:
         missing = {c.region for c in self.clusters} - set(self.region_ms)
@@ -185,6 +186,7 @@ class Testbed:
     procs: dict[str, NsProcess] = field(default_factory=dict)
     api_key: str = field(default_factory=lambda: "sk-tb-" + secrets.token_urlsafe(18))
     batch_key: str = field(default_factory=lambda: "sk-tb-batch-" + secrets.token_urlsafe(18))
+    limited_key: str = field(default_factory=lambda: "sk-tb-limited-" + secrets.token_urlsafe(18))
     relay: ControlClient | None = None
     sockdir: Path = field(init=False)
     ips: dict[str, tuple[str, str]] = field(default_factory=dict)  # leaf -> (hub side, leaf side)
@@ -327,6 +329,11 @@ class Testbed:
             "tenants": [
                 {"name": "interactive", "apiKeySha256": [hash_key(self.api_key)]},
                 {"name": "batch", "apiKeySha256": [hash_key(self.batch_key)], "trafficClass": "batch"},
+                {
+                    "name": "limited",
+                    "apiKeySha256": [hash_key(self.limited_key)],
+                    "requestsPerMinute": self.topo.limited_rpm,
+                },
             ],
             "failover": {"ejectAfterFailures": 2, "ejectBaseS": 2, "connectTimeoutS": 1.0},
             "selection": {"regionLatencyMs": self.topo.region_latency_matrix()},

@@ -29,6 +29,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -193,7 +194,7 @@ class Testbed:
 
     def __post_init__(self) -> None:
         # Unix socket paths are limited to ~107 bytes: keep them short, outside pytest's deep tmp dirs
-        self.sockdir = Path(f"/tmp/{self.nets.tag}")
+        self.sockdir = Path(tempfile.gettempdir()) / self.nets.tag
         self.sockdir.mkdir(mode=0o700)
         self._tokens = {c.cluster_id: secrets.token_urlsafe(24) for c in self.topo.clusters}
 

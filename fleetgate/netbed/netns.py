@@ -14,6 +14,8 @@ import re
 import secrets
 import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 PREFIX = "fgtb-"
 _TAG = re.compile(rf"^{PREFIX}(\d+)-[0-9a-f]+-")
@@ -55,19 +57,26 @@ def remove_orphans() -> list[str]:
     for line in ip("netns", "list").splitlines():
         name = line.split()[0] if line.strip() else ""
         m = _TAG.match(name)
-        if m is None:
-            continue
-        try:
-            os.kill(int(m.group(1)), 0)
-            continue  # that run is still alive
-        except ProcessLookupError:
-            pass
-        except PermissionError:
+        if m is None or _alive(int(m.group(1))):
             continue
         with contextlib.suppress(NetnsError):
             ip("netns", "del", name)
             removed.append(name)
+    for path in Path(tempfile.gettempdir()).glob(f"{PREFIX}*"):  # the dead runs' Unix-socket dirs
+        m = _TAG.match(path.name + "-")
+        if m is not None and path.is_dir() and not _alive(int(m.group(1))):
+            shutil.rmtree(path, ignore_errors=True)
     return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class Namespaces:

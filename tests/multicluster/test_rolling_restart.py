@@ -18,9 +18,9 @@ REGIONS = ["us-east", "eu-west"]
 
 
 @pytest.mark.xfail(
-    strict=True,
+    strict=False,  # on main the loss depends on timing (2 of 3 runs lost 4 requests, 1 lost none)
     reason="needs issue 13 graceful restarts: a restarting gateway is not drained from the router first, "
-    "so requests caught by its restart end in 503 no_cluster_answered",
+    "so requests caught by its restart can end in 503 no_cluster_answered",
 )
 async def test_rolling_restart_loses_no_admitted_request(bed: Testbed) -> None:
     stop = asyncio.Event()

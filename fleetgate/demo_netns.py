@@ -113,7 +113,7 @@ async def run_netns(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         try:
             await asyncio.to_thread(bed.start, args.ready_timeout)
             door = await _open_endpoint(bed, args.port)
-        except (RuntimeError, AssertionError, OSError) as exc:
+        except (RuntimeError, TimeoutError, OSError) as exc:
             print(f"fleetgate demo --netns: {exc}", file=sys.stderr)
             return 1
         endpoint = f"http://{door.bound}"

@@ -486,5 +486,5 @@ def wait_until(cond: Callable[[], bool], within_s: float, what: str, every_s: fl
     deadline = time.monotonic() + within_s
     while not cond():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within_s:.0f} s waiting for {what}")
+            raise TimeoutError(f"timed out after {within_s:.0f} s waiting for {what}")
         time.sleep(every_s)

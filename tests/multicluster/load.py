@@ -103,7 +103,8 @@ async def wait_for(cond: Callable[[], bool], within_s: float, what: str) -> None
     deadline = time.monotonic() + within_s
     while not cond():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within_s:.0f} s waiting for {what}")
+            # not an AssertionError: an xfail(raises=AssertionError) must not swallow a stuck bed
+            raise TimeoutError(f"timed out after {within_s:.0f} s waiting for {what}")
         await asyncio.sleep(0.1)
 
 

@@ -19,6 +19,7 @@ ANSWER_WITHIN_S = 10.0
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
     reason="found by this test bed: the router has no first-byte deadline, so a black-holed path to a "
     "cluster whose reports still arrive holds requests for failover.readTimeoutS (600 s) "
     "(a Tier-2 timeout: issue 11's 'timeouts' or issue 13)",

@@ -18,6 +18,7 @@ REGIONS = ["us-east", "eu-west"]
 
 
 @pytest.mark.xfail(
+    raises=AssertionError,
     strict=False,  # on main the loss depends on timing (2 of 3 runs lost 4 requests, 1 lost none)
     reason="needs issue 13 graceful restarts: a restarting gateway is not drained from the router first, "
     "so requests caught by its restart can end in 503 no_cluster_answered",
@@ -40,23 +41,27 @@ async def test_rolling_restart_loses_no_admitted_request(bed: Testbed) -> None:
             )
         )
         t0 = time.monotonic()
-        for c in bed.topo.clusters:
-            await asyncio.to_thread(
-                bed.restart, f"gw-{c.cluster_id}", ready=r"cluster gateway .* listening on"
-            )
-            await wait_for(
-                lambda cid=c.cluster_id: all(cid in bed.fresh_at(r) for r in routers),
-                20,
-                f"{c.cluster_id} back",
-            )
-        for r in routers:
-            others = [f"{g_leaf}:{ROUTER_HTTP_PORT + o}" for o in routers if o != r]
-            bed.link("targets", "ingress", targets=others)  # out of the balancer first, then drain
-            await asyncio.to_thread(bed.restart, f"router{r}", ready=r"global router listening on")
-            await wait_for(lambda r=r: bed.fresh_at(r) == {"use1", "euw1"}, 20, f"replica {r} sees the fleet")
-            bed.link("targets", "ingress", targets=[f"{g_leaf}:{ROUTER_HTTP_PORT + o}" for o in routers])
-        stop.set()
-        reqs = await load
+        try:
+            for c in bed.topo.clusters:
+                await asyncio.to_thread(
+                    bed.restart, f"gw-{c.cluster_id}", ready=r"cluster gateway .* listening on"
+                )
+                await wait_for(
+                    lambda cid=c.cluster_id: all(cid in bed.fresh_at(r) for r in routers),
+                    40,
+                    f"{c.cluster_id} back",
+                )
+            for r in routers:
+                others = [f"{g_leaf}:{ROUTER_HTTP_PORT + o}" for o in routers if o != r]
+                bed.link("targets", "ingress", targets=others)  # out of the balancer first, then drain
+                await asyncio.to_thread(bed.restart, f"router{r}", ready=r"global router listening on")
+                await wait_for(
+                    lambda r=r: bed.fresh_at(r) == {"use1", "euw1"}, 40, f"replica {r} sees the fleet"
+                )
+                bed.link("targets", "ingress", targets=[f"{g_leaf}:{ROUTER_HTTP_PORT + o}" for o in routers])
+        finally:
+            stop.set()
+            reqs = await load
     took = time.monotonic() - t0
     assert len(reqs) > 50, f"only {len(reqs)} requests in {took:.0f} s"
     assert any(r.status == 200 and r.error == "" for r in reqs)

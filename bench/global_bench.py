@@ -459,11 +459,19 @@ async def section_cost(quick: bool, plot_dir: Path | None = None, stem: str = "g
     return await run_cost(quick, plot_dir, stem)
 
 
+async def section_netns(quick: bool, plot_dir: Path | None = None, stem: str = "global") -> list[Row]:
+    """The same questions over emulated WAN links in network namespaces (bench/global_netns.py)."""
+    from bench.global_netns import measure
+
+    return [Row("netns", metric, value, note) for metric, value, note in await measure(quick)]
+
+
 SECTIONS = {
     "hop": section_hop,
     "failover": section_failover,
     "ratelimit": section_ratelimit,
     "cost": section_cost,
+    "netns": section_netns,
 }
 
 

@@ -65,6 +65,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--ready-timeout", type=float, default=90.0, help="seconds to wait for every cluster to report"
     )
     p.add_argument("--log-level", default="WARNING", help="log level of the components (default WARNING)")
+    p.add_argument(
+        "--netns",
+        action="store_true",
+        help="run each region in its own network namespace, 20-150 ms apart (needs root; docs/testbed.md)",
+    )
 
 
 def validate(args: argparse.Namespace) -> None:
@@ -374,6 +379,10 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"fleetgate demo: {exc}", file=sys.stderr)
         return 2
+    if args.netns:
+        from fleetgate.demo_netns import run_netns
+
+        return asyncio.run(run_netns(args))
     events = _setup_logging(args.log_level, sys.stdout.isatty() and not args.no_live)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     return runloop.run(_main(args, events))

@@ -384,7 +384,7 @@ def render(by_key: dict[str, list[RowRun]], plan: Plan) -> str:
     return "\n".join(parts)
 
 
-def conditions(plan: Plan, load: tuple[float, float]) -> str:
+def conditions(plan: Plan, load: tuple[float, float], envoy_concurrency: int) -> str:
     return (
         f"- backend: one bench/static_backend.py process; streams of {plan.chunks} chunks "
         f"{plan.interval_ms:.0f} ms apart; every stream bounded by {plan.stream_timeout_s:.0f} s\n"
@@ -394,7 +394,9 @@ def conditions(plan: Plan, load: tuple[float, float]) -> str:
         f"- load average (1 min) at start / end: {load[0]:.2f} / {load[1]:.2f} "
         f"(the figures are only as quiet as the machine)\n"
         "- CPU and RSS: the router's whole process tree (Envoy and picker; global router and gateway), "
-        f"never the backend; {TIMES} sglang-router is req/s over sglang-router's in the same run\n\n"
+        "never the backend; the first table's CPU ms/request is at c64, CPU per stream counts every "
+        f"stream started; Envoy runs --concurrency {envoy_concurrency}; {TIMES} sglang-router is req/s "
+        "over sglang-router's in the same run\n\n"
     )
 
 
@@ -508,7 +510,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="fleetgate-throughput-") as tmp:
         by_key = run_rows(rows, plan, Path(tmp), args.envoy_concurrency)
         keep_failed_logs(by_key, Path(tmp), out)
-    text = conditions(plan, (load0, os.getloadavg()[0])) + render(by_key, plan)
+    text = conditions(plan, (load0, os.getloadavg()[0]), args.envoy_concurrency) + render(by_key, plan)
     print(text)
     command = ["fleetgate", "bench", NAME, *(sys.argv[1:] if argv is None else argv)]
     report.write_results(out, NAME, command, text)

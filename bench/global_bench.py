@@ -71,20 +71,29 @@ class Cluster:
 
 
 def write_gateway_config(
-    tmp: Path, cid: str, urls: list[str], grpc_port: int, cost: float = 2.5, capacity_type: str = "on-demand"
+    tmp: Path,
+    cid: str,
+    urls: list[str],
+    grpc_port: int,
+    cost: float = 2.5,
+    capacity_type: str = "on-demand",
+    *,
+    scrape_interval_ms: int = 50,
+    report_interval_ms: int = 250,
 ) -> Path:
     """A cluster gateway spec over static pod URLs whose capacity agent reports to the router's gRPC
-    port with token `tok-<cid>` (the token `router_config` lists for it); returns the YAML's path."""
+    port with token `tok-<cid>` (the token `router_config` lists for it); returns the YAML's path.
+    The intervals default to this bench's fast ones (failover in seconds, not the production 1 s)."""
     (tmp / f"{cid}.token").write_text(f"tok-{cid}")
     spec = {
         "clusterId": cid,
         "region": "bench",
         "discovery": {"static": {"endpoints": urls}},
-        "scrape": {"intervalMs": 50},
+        "scrape": {"intervalMs": scrape_interval_ms},
         "globalRouter": {
             "address": f"127.0.0.1:{grpc_port}",
             "tokenFile": str(tmp / f"{cid}.token"),
-            "reportIntervalMs": 250,
+            "reportIntervalMs": report_interval_ms,
         },
         "capacity": {"costPerGpuHour": cost, "capacityType": capacity_type},
     }
@@ -98,12 +107,14 @@ def router_config(
     *,
     tenants: list[dict[str, Any]] | None = None,
     selection: dict[str, Any] | None = None,
+    report_interval_ms: int = 250,
+    stale_after_s: float = 1.5,
 ) -> dict[str, Any]:
     """The router config (camelCase) accepting an agent per cluster id; default one tenant, API_KEY."""
     cfg: dict[str, Any] = {
         "capacity": {
-            "reportIntervalMs": 250,
-            "staleAfterS": 1.5,
+            "reportIntervalMs": report_interval_ms,
+            "staleAfterS": stale_after_s,
             "agents": [{"clusterId": c, "tokenSha256": hash_key(f"tok-{c}")} for c in cluster_ids],
         },
         "tenants": tenants or [{"name": "bench", "apiKeySha256": [hash_key(API_KEY)]}],

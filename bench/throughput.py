@@ -138,6 +138,13 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)  # a fresh loop per phase: nothing of one phase leaks into the next
 
 
+def settle(front: fronts.Front, timeout_s: float = 30.0) -> None:
+    """One request through the router, answered or timed out, before the next phase: what the last
+    phase left in flight (wrk stops mid-request; timed-out streams) is then not charged to it."""
+    raw = rawclient.build_request(LOCAL, front.port, "/v1/chat/completions", chat_body(), front.headers)
+    _run(rawclient.one_shot(LOCAL, front.port, raw, timeout_s))
+
+
 def measure(front: fronts.Front, direct: fronts.Front, plan: Plan, script_dir: Path) -> RowRun:
     """Every column for one router that is up; the backend is `direct`."""
     row = RowRun("", front.name)
@@ -151,6 +158,7 @@ def measure(front: fronts.Front, direct: fronts.Front, plan: Plan, script_dir: P
         cpu.start()
         res = wrk.run(front.url + path, script, c, secs)
         spent = cpu.stop()
+        settle(front)
         row.rps[c] = res.ok_rps
         row.wrk_errors[c] = res.errors
         row.cpu_ms[c] = per_unit_ms(spent, res.requests) if front.pids else math.nan
@@ -183,6 +191,7 @@ def measure(front: fronts.Front, direct: fronts.Front, plan: Plan, script_dir: P
             rawclient.concurrent_streams(LOCAL, front.port, raw_stream, n, plan.chunks, plan.stream_timeout_s)
         )
         spent = cpu.stop()
+        settle(front)
         row.streams[n] = Streams(
             n,
             sr.errors,

@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -211,13 +212,16 @@ def envoy(launch: Launcher, backend: str, concurrency: int) -> Front:
 def global_router(launch: Launcher, backend: str) -> Front:
     grpc_port = procs.free_port()
     cfg = launch.workdir / "router.yaml"
-    cfg.write_text(yaml.safe_dump(router_config(["bench"])))
+    # the production cadence (report every 1 s, stale after 3 s), not global_bench's fast failover one
+    cfg.write_text(yaml.safe_dump(router_config(["bench"], report_interval_ms=1000, stale_after_s=3.0)))
     router, r_log = launch.start(
         "global-router",
         _fleetgate("global-router", "--config", str(cfg), "--port", "0", "--grpc-port", str(grpc_port)),
     )
     url = wait_log(router, r_log, r"global router listening on (http://\S+)")
-    gw_cfg = write_gateway_config(launch.workdir, "bench", [backend], grpc_port)
+    gw_cfg = write_gateway_config(
+        launch.workdir, "bench", [backend], grpc_port, scrape_interval_ms=100, report_interval_ms=1000
+    )
     gw, gw_log = launch.start("global-gateway", _fleetgate("gateway", "--config", str(gw_cfg), "--port", "0"))
     wait_log(gw, gw_log, _GATEWAY_PORT)
     try:
@@ -275,12 +279,25 @@ def litellm(launch: Launcher, backend: str) -> Front:
         "model_name": MODEL,
         "litellm_params": {"model": f"openai/{MODEL}", "api_base": backend + "/v1", "api_key": "sk-static"},
     }
-    cfg.write_text(yaml.safe_dump({"model_list": [model], "litellm_settings": {"telemetry": False}}))
+    # LiteLLM refuses to start without a master key (clients then send it as their bearer token)
+    key = "sk-" + secrets.token_urlsafe(24)
+    doc = {
+        "model_list": [model],
+        "litellm_settings": {"telemetry": False},
+        "general_settings": {"master_key": key},
+    }
+    cfg.write_text(yaml.safe_dump(doc))
     port = procs.free_port()
     env = {**routing.PEER_ENV, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
     proc, log = launch.start(
         "litellm", [str(exe), "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port)], env
     )
     version = peer_version("litellm")
-    front = Front(f"LiteLLM proxy {version}".strip(), f"http://127.0.0.1:{port}", [proc.pid], logs=[log])
+    front = Front(
+        f"LiteLLM proxy {version}".strip(),
+        f"http://127.0.0.1:{port}",
+        [proc.pid],
+        {"authorization": f"Bearer {key}"},
+        [log],
+    )
     return _ready(front, proc, log, timeout_s=120.0)

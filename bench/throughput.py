@@ -103,6 +103,7 @@ class RowRun:
     big_prompt_errors: Counter[str] = field(default_factory=Counter)
     streams: dict[int, Streams] = field(default_factory=dict)
     peak_rss_mb: float = math.nan
+    died: str = ""  # a router process exited mid-row: its figures stand, marked, with its log
 
 
 def ms(values: Sequence[float], q: float) -> float:
@@ -295,6 +296,8 @@ def render(by_key: dict[str, list[RowRun]], plan: Plan) -> str:
         for r in runs:
             if r.failure:
                 failures.append(f"- **{r.name} FAILED**: {r.failure}")
+            if r.died:
+                failures.append(f"- **{r.name} DIED**: {r.died}")
         if not good:
             main_rows.append([f"{name} **FAILED**", *["—"] * 6])
             detail_rows.append([name, *["—"] * 9])
@@ -321,7 +324,7 @@ def render(by_key: dict[str, list[RowRun]], plan: Plan) -> str:
         rps = {c: median([r.rps.get(c, math.nan) for r in good]) for c in plan.concurrencies}
         main_rows.append(
             [
-                name,
+                name + (" **(died)**" if any(r.died for r in good) else ""),
                 rps_cell,
                 ratio(rps64, base),
                 added_cell,
@@ -441,6 +444,7 @@ def run_rows(rows: list[str], plan: Plan, workdir: Path, envoy_concurrency: int)
                     )
                     name = front.name
                     row = measure(front, direct, plan, rowdir)
+                    row.died = "; ".join(launch.exited())
                 except fronts.StartFailed as exc:
                     row = RowRun(key, name, failure=f"did not start: {exc}")
                 except (RuntimeError, OSError, ValueError, AssertionError, TimeoutError) as exc:
@@ -466,12 +470,13 @@ def keep_failed_logs(by_key: dict[str, list[RowRun]], workdir: Path, out: Path) 
     """The temp dir goes away: copy a failed row's logs next to the table and point its note there."""
     for runs in by_key.values():
         for i, r in enumerate(runs, start=1):
-            if not r.failure:
+            if not (r.failure or r.died):
                 continue
             for log in sorted((workdir / f"run{i}-{r.key}").glob("*.log")):
                 dest = out.parent / f"{out.stem}-run{i}-{log.name}"
                 shutil.copy(log, dest)
                 r.failure = r.failure.replace(str(log), str(dest))
+                r.died = r.died.replace(str(log), str(dest))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -524,7 +529,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = ["fleetgate", "bench", NAME, *(sys.argv[1:] if argv is None else argv)]
     report.write_results(out, NAME, command, text)
     progress(f"[throughput] wrote {out}")
-    return 1 if any(r.failure for runs in by_key.values() for r in runs) else 0
+    return 1 if any(r.failure or r.died for runs in by_key.values() for r in runs) else 0
 
 
 if __name__ == "__main__":

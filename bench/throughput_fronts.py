@@ -74,6 +74,14 @@ class Launcher:
         self.started.append((proc, log))
         return proc, log
 
+    def exited(self) -> list[str]:
+        """One line per started process that is no longer running (a router that died mid-row)."""
+        return [
+            f"{log.stem} exited with {proc.returncode} during the measurement; log {log}: {log_tail(log)}"
+            for proc, log in self.started
+            if proc.poll() is not None
+        ]
+
     def close(self) -> None:
         for proc, _ in reversed(self.started):
             _stop_group(proc)

@@ -142,6 +142,14 @@ def test_table_has_the_issues_columns_medians_and_ratios() -> None:
     assert "| 1.00 / 1.00 / 1.50 | 1.50 | 10.0 / 20.0 | 2.00 | 400 / 900 | 12.0 | 50 |" in emb
 
 
+def test_a_router_that_died_keeps_its_figures_and_says_so() -> None:
+    r = _run("global", "Fleetgate global router + gateway", 80, 4.0)
+    r.died = "global-router exited with -11 during the measurement; log /r.log: boom"
+    text = tp.render({"global": [r]}, tp.QUICK)
+    assert "| Fleetgate global router + gateway **(died)** | 80 |" in text
+    assert "- **Fleetgate global router + gateway DIED**: global-router exited with -11" in text
+
+
 def test_rows_failing_every_run_and_missing_baseline() -> None:
     by_key = {"embedded": [_run("embedded", "Fleetgate embedded proxy", 3000, 1.0)]}
     text = tp.render(by_key, tp.QUICK)

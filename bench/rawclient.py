@@ -45,6 +45,7 @@ class Outcome:
     events: int = 0  # SSE `data:` lines seen
     done: bool = False  # the stream ended with `data: [DONE]`
     error: str = ""
+    body_head: bytes = b""  # the start of a non-200 answer's body: what the router said was wrong
 
 
 class _Exchange(asyncio.Protocol):
@@ -94,6 +95,8 @@ class _Exchange(asyncio.Protocol):
         self.out.events += buf.count(b"data:")
         self._tail = buf[-4:]
         self._last = (self._last + body)[-32:]
+        if self.out.status != 200 and len(self.out.body_head) < 300:
+            self.out.body_head += body[: 300 - len(self.out.body_head)]
 
     def on_message_complete(self) -> None:
         self.out.total_s = time.perf_counter() - self.t0
@@ -159,6 +162,7 @@ class StreamRun:
     wall_s: float
     ttfb_s: list[float] = field(default_factory=list)  # of the streams that completed
     errors: Counter[str] = field(default_factory=Counter)  # error kind -> count
+    samples: dict[str, str] = field(default_factory=dict)  # error kind -> the first such answer's body
 
     @property
     def failed(self) -> int:
@@ -179,6 +183,8 @@ async def concurrent_streams(
     for o in outs:
         if o.error:
             run.errors[o.error] += 1
+            if o.body_head and o.error not in run.samples:
+                run.samples[o.error] = o.body_head.decode(errors="replace")
         elif o.ttfb_s is not None:
             run.ttfb_s.append(o.ttfb_s)
     return run

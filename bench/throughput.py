@@ -82,6 +82,7 @@ class Streams:
     ttfb_p99_ms: float
     cpu_ms: float  # router CPU per stream (NaN: no router process)
     wall_s: float
+    samples: dict[str, str] = field(default_factory=dict)  # error kind -> a body the router sent
 
     @property
     def failed(self) -> int:
@@ -200,6 +201,7 @@ def measure(front: fronts.Front, direct: fronts.Front, plan: Plan, script_dir: P
             ms(sr.ttfb_s, 99),
             per_unit_ms(spent, n) if front.pids else math.nan,
             sr.wall_s,
+            sr.samples,
         )
     row.peak_rss_mb = procstat.peak_rss_mb(procstat.descendants(front.pids)) if front.pids else math.nan
     return row
@@ -289,7 +291,7 @@ def render(by_key: dict[str, list[RowRun]], plan: Plan) -> str:
     ok = {k: [r for r in runs if not r.failure] for k, runs in by_key.items()}
     base = _m(ok.get("sglang", []), lambda r: r.rps.get(64, math.nan))
     small, large = plan.streams[0], plan.streams[-1]
-    main_rows, detail_rows, failures = [], [], []
+    main_rows, detail_rows, failures, notes = [], [], [], []
     for key, runs in by_key.items():
         good = ok[key]
         name = (good or runs)[0].name
@@ -298,6 +300,9 @@ def render(by_key: dict[str, list[RowRun]], plan: Plan) -> str:
                 failures.append(f"- **{r.name} FAILED**: {r.failure}")
             if r.died:
                 failures.append(f"- **{r.name} DIED**: {r.died}")
+        samples = {k: v for r in good for st in r.streams.values() for k, v in st.samples.items()}
+        for kind, text in sorted(samples.items()):
+            notes.append(f"- {name}, streams answered {kind}: `{text.strip()[:200]}`")
         if not good:
             main_rows.append([f"{name} **FAILED**", *["—"] * 6])
             detail_rows.append([name, *["—"] * 9])
@@ -391,8 +396,8 @@ def render(by_key: dict[str, list[RowRun]], plan: Plan) -> str:
             right=set(range(1, 10)),
         ),
     ]
-    if failures:
-        parts += ["", *failures]
+    if failures or notes:
+        parts += ["", *failures, *notes]
     return "\n".join(parts)
 
 

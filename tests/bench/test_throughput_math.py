@@ -142,6 +142,18 @@ def test_table_has_the_issues_columns_medians_and_ratios() -> None:
     assert "| 1.00 / 1.00 / 1.50 | 1.50 | 10.0 / 20.0 | 2.00 | 400 / 900 | 12.0 | 50 |" in emb
 
 
+def test_an_error_answer_is_quoted_once_per_kind() -> None:
+    r = _run("envoy", "Fleetgate Envoy + ext_proc picker", 400, 2.0, failed2000=3)
+    r.streams[2000].errors = Counter({"HTTP 500": 3})
+    r.streams[2000].samples = {"HTTP 500": '{"error": {"message": "overflow"}}\n'}
+    text = tp.render({"envoy": [r]}, tp.QUICK)
+    assert text.count("streams answered HTTP 500") == 1
+    assert (
+        '- Fleetgate Envoy + ext_proc picker, streams answered HTTP 500: `{"error": {"message": "overflow"}}`'
+        in text
+    )
+
+
 def test_a_router_that_died_keeps_its_figures_and_says_so() -> None:
     r = _run("global", "Fleetgate global router + gateway", 80, 4.0)
     r.died = "global-router exited with -11 during the measurement; log /r.log: boom"

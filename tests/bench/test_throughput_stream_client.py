@@ -68,6 +68,7 @@ async def test_non_200_is_an_error_with_its_status(backend: int) -> None:
     raw = rawclient.build_request("127.0.0.1", backend, "/nope", {})
     out = await rawclient.one_shot("127.0.0.1", backend, raw, timeout_s=5)
     assert (out.status, out.error) == (404, "HTTP 404")
+    assert out.body_head == b'{"error":{}}'  # what the server said, kept for the report
 
 
 async def test_paced_probe_reuses_connections_and_measures_each_target(backend: int) -> None:

@@ -70,6 +70,80 @@ class Cluster:
             procs.stop(p, signal.SIGKILL)
 
 
+def write_gateway_config(
+    tmp: Path,
+    cid: str,
+    urls: list[str],
+    grpc_port: int,
+    cost: float = 2.5,
+    capacity_type: str = "on-demand",
+    *,
+    scrape_interval_ms: int = 50,
+    report_interval_ms: int = 250,
+) -> Path:
+    """A cluster gateway spec over static pod URLs whose capacity agent reports to the router's gRPC
+    port with token `tok-<cid>` (the token `router_config` lists for it); returns the YAML's path.
+    The intervals default to this bench's fast ones (failover in seconds, not the production 1 s)."""
+    (tmp / f"{cid}.token").write_text(f"tok-{cid}")
+    spec = {
+        "clusterId": cid,
+        "region": "bench",
+        "discovery": {"static": {"endpoints": urls}},
+        "scrape": {"intervalMs": scrape_interval_ms},
+        "globalRouter": {
+            "address": f"127.0.0.1:{grpc_port}",
+            "tokenFile": str(tmp / f"{cid}.token"),
+            "reportIntervalMs": report_interval_ms,
+        },
+        "capacity": {"costPerGpuHour": cost, "capacityType": capacity_type},
+    }
+    path = tmp / f"{cid}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def router_config(
+    cluster_ids: list[str],
+    *,
+    tenants: list[dict[str, Any]] | None = None,
+    selection: dict[str, Any] | None = None,
+    report_interval_ms: int = 250,
+    stale_after_s: float = 1.5,
+) -> dict[str, Any]:
+    """The router config (camelCase) accepting an agent per cluster id; default one tenant, API_KEY."""
+    cfg: dict[str, Any] = {
+        "capacity": {
+            "reportIntervalMs": report_interval_ms,
+            "staleAfterS": stale_after_s,
+            "agents": [{"clusterId": c, "tokenSha256": hash_key(f"tok-{c}")} for c in cluster_ids],
+        },
+        "tenants": tenants or [{"name": "bench", "apiKeySha256": [hash_key(API_KEY)]}],
+        "failover": {"ejectAfterFailures": 2, "ejectBaseS": 5, "connectTimeoutS": 1.0},
+    }
+    if selection is not None:
+        cfg["selection"] = selection
+    return cfg
+
+
+def wait_fresh(router_url: str, ids: list[str], model: str, deadline: float) -> None:
+    """Poll the router's /fleet until every cluster in `ids` is fresh with a ready pod for `model`
+    (`deadline` on the monotonic clock)."""
+    while time.monotonic() < deadline:
+        try:
+            fleet = httpx.get(f"{router_url}/fleet", timeout=2).json()
+            ready = {
+                c["id"]
+                for c in fleet["clusters"]
+                if c["fresh"] and c["models"].get(model, {}).get("ready_pods")
+            }
+            if set(ids) <= ready:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"clusters {ids} never became fresh at the router")
+
+
 class Fleet:
     """A router process and cluster processes reporting to it, in a temp dir."""
 
@@ -95,21 +169,7 @@ class Fleet:
             "--time-scale", str(time_scale), "--seed", str(len(self.clusters)), "--log-level", "warning",
         )  # fmt: skip
         urls = procs.expect(sim.stdout, r"listening on (http://\S+)", pods)
-        (self.tmp / f"{cid}.token").write_text(f"tok-{cid}")
-        spec = {
-            "clusterId": cid,
-            "region": "bench",
-            "discovery": {"static": {"endpoints": urls}},
-            "scrape": {"intervalMs": 50},
-            "globalRouter": {
-                "address": f"127.0.0.1:{self.grpc_port}",
-                "tokenFile": str(self.tmp / f"{cid}.token"),
-                "reportIntervalMs": 250,
-            },
-            "capacity": {"costPerGpuHour": cost, "capacityType": capacity_type},
-        }
-        path = self.tmp / f"{cid}.yaml"
-        path.write_text(yaml.safe_dump(spec))
+        path = write_gateway_config(self.tmp, cid, urls, self.grpc_port, cost, capacity_type)
         gw = procs.spawn("gateway", "--config", str(path), "--port", "0", "--log-format", "text")
         port = procs.expect(gw.stderr, r"listening on http://127\.0\.0\.1:(\d+)", 1)[0]
         procs.drain_in_background(sim.stdout, sim.stderr, gw.stdout, gw.stderr)
@@ -119,20 +179,7 @@ class Fleet:
 
     def wait_fresh(self, ids: list[str], timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                fleet = httpx.get(f"{self.router_url}/fleet", timeout=2).json()
-                ready = {
-                    c["id"]
-                    for c in fleet["clusters"]
-                    if c["fresh"] and c["models"].get(MODEL, {}).get("ready_pods")
-                }
-                if set(ids) <= ready:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"clusters {ids} never became fresh at the router")
+        wait_fresh(self.router_url, ids, MODEL, deadline)
 
     def stop(self) -> None:
         for c in self.clusters:
@@ -154,18 +201,7 @@ def fleet(
         f = Fleet(Path(tmp))
         try:
             path = f.tmp / "router.yaml"
-            cfg: dict[str, Any] = {
-                "capacity": {
-                    "reportIntervalMs": 250,
-                    "staleAfterS": 1.5,
-                    "agents": [{"clusterId": c, "tokenSha256": hash_key(f"tok-{c}")} for c in cluster_ids],
-                },
-                "tenants": tenants or [{"name": "bench", "apiKeySha256": [hash_key(API_KEY)]}],
-                "failover": {"ejectAfterFailures": 2, "ejectBaseS": 5, "connectTimeoutS": 1.0},
-            }
-            if selection is not None:
-                cfg["selection"] = selection
-            path.write_text(yaml.safe_dump(cfg))
+            path.write_text(yaml.safe_dump(router_config(cluster_ids, tenants=tenants, selection=selection)))
             grpc_port = procs.free_port()
             f.router = procs.spawn(
                 "global-router", "--config", str(path), "--port", "0", "--grpc-port", str(grpc_port),

@@ -221,13 +221,23 @@ def _peer_command(
     return [str(exe), *common, "--log-level", "warning"]
 
 
-def install_peers() -> None:
-    """Peer routers go in their own venv so their dependencies never touch Fleetgate's."""
+# peer -> (pip requirement, the executable it installs)
+PEER_PACKAGES = {
+    "sglang-router": ("sglang-router", "sglang-router"),
+    "vllm-router": ("vllm-router", "vllm-router"),
+    "litellm": ("litellm[proxy]", "litellm"),
+}
+
+
+def install_peers(litellm: bool = False) -> None:
+    """Peer routers go in their own venv so their dependencies never touch Fleetgate's. Only the
+    missing ones are installed (LiteLLM proxy only when asked: the throughput bench's peer)."""
     if not PEERS_VENV.exists():
         subprocess.run([sys.executable, "-m", "venv", str(PEERS_VENV)], check=True)
-    subprocess.run(
-        [str(PEERS_VENV / "bin" / "pip"), "install", "-q", "sglang-router", "vllm-router"], check=True
-    )
+    wanted = [p for p in PEER_PACKAGES if litellm or p != "litellm"]
+    missing = [PEER_PACKAGES[p][0] for p in wanted if not (PEERS_VENV / "bin" / PEER_PACKAGES[p][1]).exists()]
+    if missing:
+        subprocess.run([str(PEERS_VENV / "bin" / "pip"), "install", "-q", *missing], check=True)
 
 
 # per engine flavour: (running, waiting, KV use 0..1, finished requests counter)

@@ -158,10 +158,20 @@ def fleet(
                 "capacity": {
                     "reportIntervalMs": 250,
                     "staleAfterS": 1.5,
-                    "agents": [{"clusterId": c, "tokenSha256": hash_key(f"tok-{c}")} for c in cluster_ids],
+                    "agents": [
+                        # pinned to loopback, allowed explicitly (docs/security.md)
+                        {
+                            "clusterId": c,
+                            "tokenSha256": hash_key(f"tok-{c}"),
+                            "gatewayHosts": ["127.0.0.1"],
+                            "allowLoopback": True,
+                        }
+                        for c in cluster_ids
+                    ],
                 },
                 "tenants": tenants or [{"name": "bench", "apiKeySha256": [hash_key(API_KEY)]}],
                 "failover": {"ejectAfterFailures": 2, "ejectBaseS": 5, "connectTimeoutS": 1.0},
+                "publicStatus": True,  # the bench samples /fleet (public: without gateway URLs)
             }
             if selection is not None:
                 cfg["selection"] = selection

@@ -17,6 +17,7 @@ import uvicorn
 from prometheus_client import CollectorRegistry
 
 from cluster_gateway.agent import CapacityAgent, load_agent_token
+from cluster_gateway.auth import build_authenticator
 from cluster_gateway.discovery import build_discovery
 from cluster_gateway.extproc.server import ExtProcServer, PickerService
 from cluster_gateway.metrics.scraper import Scraper
@@ -72,6 +73,7 @@ class ClusterGateway:
         )
         self.metrics.watch_pool(self.pool, lambda: len(self.admission))
         self.dispatcher = Dispatcher(self.pool, self.scheduler, self.admission, self.metrics)
+        self.auth = build_authenticator(spec.auth)  # a missing secret: ConfigError at construction
         self._background: list[tuple[str, BackgroundRun]] = [
             ("discovery", lambda: self.discovery.run(self.pool)),
             ("scraper", self.scraper.run),
@@ -126,7 +128,7 @@ class ClusterGateway:
             max_attempts=pcfg.max_attempts,
             debug_headers=pcfg.debug_headers,
         )
-        app = ProxyApp(self.pool, self.dispatcher, forwarder, self.metrics, pcfg)
+        app = ProxyApp(self.pool, self.dispatcher, forwarder, self.metrics, pcfg, auth=self.auth)
         try:
             sock = listen_socket(self.host, self._port)
             config = uvicorn.Config(
@@ -148,6 +150,11 @@ class ClusterGateway:
                 self.host,
                 self.bound_port,
             )
+            if not self.auth.required and self.spec.global_router is not None:
+                log.warning(
+                    "auth.mode is none: anyone who reaches this gateway bypasses the global router's "
+                    "keys and limits (set auth.mode: hmac; docs/security.md)"
+                )
             if self.spec.ext_proc.enabled:
                 service = PickerService(
                     self.pool,
@@ -155,6 +162,7 @@ class ClusterGateway:
                     self.metrics,
                     self.spec.ext_proc,
                     max_body_bytes=pcfg.max_body_bytes,
+                    auth=self.auth,
                 )
                 self._extproc = ExtProcServer(service)
                 self.extproc_port = await self._extproc.start(self.host, self._extproc_port)

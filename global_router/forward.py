@@ -23,6 +23,7 @@ from common.config.router import Failover
 from common.errors import OpenAIError, error_body
 from global_router.dispatch_tracker import DispatchTracker
 from global_router.failover import ClusterHealth, RetryBudget
+from global_router.gateway_signer import GatewaySigner
 from global_router.headers import with_trace_context
 from global_router.metrics import OK, STREAM_BROKEN, UPSTREAM_ERROR, RouterMetrics
 from global_router.selection import Candidate
@@ -32,6 +33,14 @@ log = logging.getLogger("fleetgate.router.forward")
 tracer = trace.get_tracer("fleetgate.global_router")
 
 CLUSTER_HEADER = "x-fleetgate-cluster"
+# what a client sees when every tried gateway refused the router's credential (never the gateway's
+# own 401: the client's key was fine)
+GATEWAY_REFUSED = msgspec.json.encode(
+    error_body(
+        "A cluster gateway refused the router's credentials.", type="server_error", code="gateway_refused"
+    )
+)
+_JSON_HEADERS = {"content-type": "application/json"}
 _HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer"}
     | {"transfer-encoding", "upgrade", "content-length", "server", "date"}
@@ -103,7 +112,9 @@ class Forwarder:
         budget: RetryBudget,
         tracker: DispatchTracker,
         metrics: RouterMetrics,
+        signer: GatewaySigner | None = None,
     ) -> None:
+        self._signer = signer if signer is not None else GatewaySigner({})
         # Several pooled clients used in turn: httpcore scans its whole pool for every request, so one
         # pool holding ~1k connections costs O(n) per request; K pools cut that by K, pooling intact.
         self._clients = list(clients)
@@ -165,12 +176,17 @@ class Forwarder:
                 span.set_attribute("fleetgate.traffic_class", req.traffic_class)
                 try:
                     sent = with_trace_context(req.headers)  # this attempt's span is the parent
+                    sent = self._signer.sign(cid, "POST", req.path, req.body, sent)  # gateway auth
                     self._turn = (self._turn + 1) % len(self._clients)
                     client = self._clients[self._turn]
                     request = client.build_request("POST", url, content=req.body, headers=sent)
                     resp = await client.send(request, stream=True)
                     status = resp.status_code
                     span.set_attribute("http.response.status_code", status)
+                    if status in (401, 403):  # the gateway refused our credential: a failing cluster
+                        await resp.aread()
+                        self._fail(cid)
+                        raise _Retryable(f"HTTP {status}", 502, GATEWAY_REFUSED, _JSON_HEADERS)
                     # 404: the report said the cluster serves the model but its gateway no longer
                     # does (catalogue changed since) — another cluster may; not a health failure
                     if status in (404, 429) or status >= 500:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import uuid
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import msgspec
@@ -26,6 +27,7 @@ from global_router.dispatch_tracker import DispatchTracker
 from global_router.failover import ClusterHealth, RetryBudget
 from global_router.fleet_view import FleetView, MemoryFleetView, RedisFleetView
 from global_router.forward import Forwarder
+from global_router.gateway_signer import GatewaySigner
 from global_router.metrics import RouterMetrics
 from global_router.ratelimit import build_limiter
 from global_router.selection import ClusterSelector
@@ -88,6 +90,7 @@ class GlobalRouter:
         )
         self.limiter = build_limiter(self.redis, cfg.redis, cfg.rate_limits)
         self.tenants = TenantDirectory.from_config(cfg)
+        self.signer = GatewaySigner.from_agents(cfg.capacity.agents)  # ConfigError: a secret is missing
         self._with_capacity = capacity_server
         self.capacity: CapacityServer | None = None
         self._clients: list[httpx.AsyncClient] = []
@@ -140,6 +143,7 @@ class GlobalRouter:
                 budget=self.budget,
                 tracker=self.tracker,
                 metrics=self.metrics,
+                signer=self.signer,
             )
             services = RouterServices(
                 cfg=self.cfg,
@@ -165,6 +169,7 @@ class GlobalRouter:
             )
             self._server = EmbeddedServer(config)
             self.http_port = await self._server.start_on(sock)
+            self._pin_own_addresses()
             log.info("global router listening on http://%s:%d", self.cfg.host, self.http_port)
             if self.cfg.allow_anonymous:
                 log.warning("allowAnonymous is on: requests without an API key are served (trials only)")
@@ -173,6 +178,16 @@ class GlobalRouter:
         except BaseException:
             await self.stop()
             raise
+
+    def _pin_own_addresses(self) -> None:
+        """Reports may not point the fleet at the router's own HTTP port or its Redis."""
+        if self.capacity is None:
+            return
+        self.capacity.policy.add_own_address(self.cfg.host, self.http_port)
+        if self.cfg.redis is not None:
+            u = urlsplit(self.cfg.redis.url)
+            if u.hostname:
+                self.capacity.policy.add_own_address(u.hostname, u.port or 6379)
 
     async def stop(self) -> None:
         if self._server is not None:

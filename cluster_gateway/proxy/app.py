@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 from opentelemetry import context as otel_context
 
+from cluster_gateway.auth import GatewayAuthenticator
 from cluster_gateway.observability import CANCELLED, REJECTED, SHED, GatewayMetrics
 from cluster_gateway.pool import EndpointPool
 from cluster_gateway.proxy.dispatch import Dispatcher
@@ -23,7 +24,7 @@ from cluster_gateway.proxy.forward import Forwarder, NoPodAnswered
 from cluster_gateway.proxy.headers import client_headers, upstream_request_headers
 from cluster_gateway.proxy.models_list import models_listing
 from common.asgi import ClientGone, read_body, run_until_disconnect
-from common.config.gateway import Proxy
+from common.config.gateway import GatewayAuth, Proxy
 from common.errors import OpenAIError
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, ParsedRequest, parse_request
 from common.telemetry import extract_context
@@ -76,7 +77,10 @@ class ProxyApp:
         forwarder: Forwarder,
         metrics: GatewayMetrics,
         cfg: Proxy,
+        *,
+        auth: GatewayAuthenticator | None = None,
     ) -> None:
+        self.auth = auth if auth is not None else GatewayAuthenticator(GatewayAuth())  # default: open
         self.pool = pool
         self.dispatcher = dispatcher
         self.forwarder = forwarder
@@ -128,6 +132,7 @@ class ProxyApp:
         state = _RequestState()
         try:
             body = await read_body(receive, _content_length(scope), self.max_body)
+            self.auth.verify_asgi("POST", path, scope["headers"], body)  # 401 unless router/key (auth.*)
             parsed = parse_request(body, path)
             headers = client_headers(scope["headers"])
             await self._serve_until_disconnect(state, parsed, headers, path, body, receive, send)
@@ -181,6 +186,11 @@ class ProxyApp:
 
     # --- control endpoints ----------------------------------------------
     async def _models(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            self.auth.verify_asgi("GET", scope["path"], scope["headers"], b"")
+        except OpenAIError as err:
+            await send_error(send, err)
+            return
         await send_json(send, 200, models_listing(self.pool))
 
     async def _health(self, scope: Scope, receive: Receive, send: Send) -> None:

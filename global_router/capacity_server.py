@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -137,7 +137,7 @@ class _Servicer(capacity_pb2_grpc.CapacityServiceServicer):
                         f"this stream went silent and another one took over cluster {cluster_id!r}",
                     )
                     return
-                stream.last_report_at = time.monotonic()
+                stream.last_report_at = owner._clock()
                 if report.cluster_id != cluster_id:
                     owner.metrics.reports.labels("forbidden").inc()
                     log.warning(
@@ -196,8 +196,14 @@ class CapacityServer:
     """grpc.aio server for CapacityService plus grpc.health.v1 on one port."""
 
     def __init__(
-        self, cfg: CapacityServerConfig, fleet: FleetView, *, registry: CollectorRegistry | None = None
+        self,
+        cfg: CapacityServerConfig,
+        fleet: FleetView,
+        *,
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.monotonic,  # stream silence (tests inject one)
     ) -> None:
+        self._clock = clock
         self.cfg = cfg
         self.fleet = fleet
         self.metrics = CapacityMetrics(registry if registry is not None else CollectorRegistry())
@@ -225,7 +231,7 @@ class CapacityServer:
         become active/standby reporters instead of interleaving. An active stream silent for
         `staleAfterS` (a half-open connection) is taken over, and it is closed at its next report.
         """
-        now = time.monotonic()
+        now = self._clock()
         current = self._active.get(cluster_id)
         if current is not None and now - current.last_report_at < self.cfg.stale_after_s:
             return None

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from cluster_gateway.auth import GatewayAuthenticator
 from cluster_gateway.extproc.server import ExtProcServer, PickerService
 from cluster_gateway.observability import GatewayMetrics
 from cluster_gateway.pool import Endpoint, EndpointPool, PodMetrics
@@ -47,7 +48,10 @@ class Picker:
 
 
 async def start_picker(
-    pool: EndpointPool, admission: Admission | None = None, fallbacks: int = 2
+    pool: EndpointPool,
+    admission: Admission | None = None,
+    fallbacks: int = 2,
+    auth: GatewayAuthenticator | None = None,
 ) -> tuple[Picker, ExtProcServer]:
     adm = admission or Admission()
     metrics = GatewayMetrics()
@@ -55,7 +59,12 @@ async def start_picker(
     queue: AdmissionQueue[ScheduleResult] = AdmissionQueue(adm.queue_size, adm.queue_timeout_ms / 1000)
     dispatcher = Dispatcher(pool, sched, queue, metrics)
     service = PickerService(
-        pool, dispatcher, metrics, ExtProc(enabled=True, fallback_endpoints=fallbacks), max_body_bytes=4096
+        pool,
+        dispatcher,
+        metrics,
+        ExtProc(enabled=True, fallback_endpoints=fallbacks),
+        max_body_bytes=4096,
+        auth=auth,
     )
     server = ExtProcServer(service)
     port = await server.start("127.0.0.1", 0)

@@ -134,7 +134,7 @@ def header(
         "  EOF",
         "",
         f'  curl -s {endpoint}/fleet -H "authorization: Bearer {keys.admin_key}"   # the router\'s fleet view (JSON)',
-        f"  status page: {endpoint}/   (needs the admin key too)",
+        f"  status page: {endpoint}/   (public view: without the admin key, no gateway URLs)",
         "",
         "  # straight to a cluster gateway, bypassing the router: refused with 401 (gateways serve only",
         "  # requests the router signed with the cluster's secret; docs/security.md)",

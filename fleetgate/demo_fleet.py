@@ -261,6 +261,8 @@ def router_config(
             },
         ],
         "adminKeySha256": hash_key(keys.admin_key),
+        # the status page opens in a browser; without the admin key it shows no gateway URLs
+        "publicStatus": True,
         "selection": {"regionLatencyMs": REGION_LATENCY_MS},
     }
     if redis_url is not None:

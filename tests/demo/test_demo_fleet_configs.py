@@ -109,7 +109,7 @@ def test_router_config_holds_digests_only_and_two_traffic_classes(tmp_path: Path
         assert a.gateway_hosts == ["127.0.0.1"] and a.allow_loopback
         assert a.gateway_auth is not None and a.gateway_auth.mode == "hmac"
         assert a.gateway_auth.secret_file == str(tmp_path / f"{a.cluster_id}.gateway-secret")
-    assert not cfg.public_status
+    assert cfg.public_status  # a browser-viewable status page, without internal URLs unless admin
     assert cfg.redis is None
     with_redis = router_config(DEFAULT_FLEET, keys, secret_dir=tmp_path, redis_url="redis://127.0.0.1:1/0")
     assert with_redis.redis is not None

@@ -48,7 +48,7 @@ DIRECT_EXAMPLE = r"curl -si \S+/v1/chat/completions -H"
 
 
 def _admin_headers(demo: DemoProcess) -> dict[str, str]:
-    """`/fleet` is private by default: the demo prints its admin key in the header."""
+    """`/fleet` shows gateway URLs only with the admin key, which the demo prints in its header."""
     line = next((ln for ln in demo.seen if ln.startswith("admin key: ")), None) or demo.wait_for_line(
         r"^admin key: ", 5
     )
@@ -98,7 +98,8 @@ def test_demo_routes_openai_traffic_and_load_and_sigterm_stops_everything(tmp_pa
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=f"{url}/v1", api_key="sk-wrong", max_retries=0).models.list()
 
-        assert httpx.get(f"{url}/fleet", timeout=5).status_code == 401  # private without the admin key
+        public = httpx.get(f"{url}/fleet", timeout=5).json()  # the public view: no internal URLs
+        assert public["clusters"] and all("gateway_url" not in c for c in public["clusters"])
         fleet = httpx.get(f"{url}/fleet", headers=_admin_headers(demo), timeout=5).json()
         by_id = {c["id"]: c for c in fleet["clusters"]}
         assert set(by_id) == set(CLUSTERS)

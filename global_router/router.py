@@ -114,7 +114,8 @@ class GlobalRouter:
             await self.limiter.start()
             if self._with_capacity:
                 cap_cfg = msgspec.structs.replace(self.cfg.capacity, port=self._grpc_port_cfg)
-                self.capacity = CapacityServer(cap_cfg, self.fleet)
+                # its series (reports accepted/refused, streams) on the router's /metrics
+                self.capacity = CapacityServer(cap_cfg, self.fleet, registry=self.metrics.registry)
                 self.grpc_port = await self.capacity.start()
             f = self.cfg.failover
             timeout = httpx.Timeout(

@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import grpc
+import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -18,6 +19,7 @@ from global_router.dispatch_tracker import DispatchTracker
 from global_router.fleet_view import MemoryFleetView
 from global_router.report_policy import PolicyRefusal, ReportPolicy
 from global_router.selection import ClusterSelector, SelectionRequest
+from tests.global_router.integration.fleet_harness import agent_token, router_config, start_router
 
 TOKEN = "agent-token-cluster-a-123"
 LOOP_TOKEN = "agent-token-loopback-456"
@@ -239,3 +241,21 @@ def test_the_routers_http_port_and_redis_are_refused_as_own_addresses() -> None:
         with pytest.raises(PolicyRefusal, match="router's own"):
             pol.check_url("x", url)
     pol.check_url("x", "http://10.1.2.3:8080")  # another port on the same host is a gateway
+
+
+async def test_refusals_are_counted_on_the_routers_metrics_endpoint() -> None:
+    router = await start_router(router_config(["east"]))
+    try:
+        s = Stream(router.grpc_port, (("authorization", f"Bearer {agent_token('east')}"),))
+        try:
+            d = await s.send(report(1, url="http://169.254.169.254/", cluster_id="east"))
+            assert "metadata" in d.message and router.fleet.get("east") is None
+        finally:
+            await s.close()
+        async with httpx.AsyncClient() as client:
+            text = (await client.get(f"{router.url}/metrics")).text
+        assert (
+            'fleetgate_capacity_reports_refused_total{cluster="east",reason="forbidden_address"} 1.0' in text
+        )
+    finally:
+        await router.stop()

@@ -55,7 +55,7 @@ variable "redis_url" {
 }
 
 variable "internal_lb_annotations" {
-  description = "Service annotations that make a load balancer internal; used for the gateways and the capacity port. Assumes the AWS Load Balancer Controller (v2.4+); `aws-load-balancer-internal` keeps it internal with the in-tree controller too."
+  description = "Service annotations that make a load balancer internal; used for the gateways and the capacity port. Assumes the AWS Load Balancer Controller (v2.4+; the in-tree controller skips `type: external`); `aws-load-balancer-internal` keeps it internal should the in-tree controller handle it instead."
   type        = map(string)
   default = {
     "service.beta.kubernetes.io/aws-load-balancer-type"            = "external"

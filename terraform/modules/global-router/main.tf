@@ -21,7 +21,7 @@ locals {
   signs_requests         = length(nonsensitive(keys(var.gateway_secrets))) > 0
   # each agent pinned to its gateway URL(s); the router signs requests to it with the cluster's secret
   agents = [for id, hash in var.agents : merge(
-    { clusterId = id, tokenSha256 = hash, gatewayUrls = lookup(var.gateway_urls, id, []) },
+    { clusterId = id, tokenSha256 = hash, gatewayUrls = try(var.gateway_urls[id], []) },
     contains(nonsensitive(keys(var.gateway_secrets)), id) ? {
       gatewayAuth = { mode = "hmac", secretFile = "/etc/fleetgate/gateway-secrets/${id}" }
     } : {},
@@ -103,7 +103,7 @@ resource "helm_release" "this" {
 
   lifecycle {
     precondition {
-      condition     = alltrue([for id in keys(var.agents) : length(lookup(var.gateway_urls, id, [])) > 0])
+      condition     = alltrue([for id in keys(var.agents) : length(try(var.gateway_urls[id], [])) > 0])
       error_message = "every agent needs its gateway pinned: set gateway_urls[cluster id] (a stolen agent token must not redirect traffic)."
     }
   }

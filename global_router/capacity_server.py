@@ -12,8 +12,9 @@ from __future__ import annotations
 import logging
 import math
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -28,6 +29,7 @@ from common.proto.fleetgate.v1 import capacity_pb2, capacity_pb2_grpc
 from global_router.agent_auth import AgentAuthenticator, AuthError
 from global_router.fleet_view import FleetView, state_from_report
 from global_router.report_policy import PolicyRefusal, ReportPolicy
+from global_router.stream_lease import RedisStreamLease
 
 log = logging.getLogger(__name__)
 
@@ -112,25 +114,37 @@ class _Servicer(capacity_pb2_grpc.CapacityServiceServicer):
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
             return
         stream = owner._claim(cluster_id)
+        elsewhere = False
+        if (
+            stream is not None
+            and owner.lease is not None
+            and not await owner.lease.acquire(cluster_id, stream.stream_id)
+        ):
+            owner._active.pop(cluster_id, None)
+            stream, elsewhere = None, True
         if stream is None:
             owner.metrics.reports.labels("second_stream").inc()
             owner.metrics.refused.labels(cluster_id, "second_stream").inc()
+            where = "on another router replica" if elsewhere else "here"
             log.warning(
-                "capacity: refused a second report stream for cluster %r from %s (one is active)",
+                "capacity: refused a second report stream for cluster %r from %s (one is active %s)",
                 cluster_id,
                 context.peer(),
+                where,
             )
             await context.abort(
                 grpc.StatusCode.ALREADY_EXISTS,
-                f"cluster {cluster_id!r} already has an active report stream; this one is refused "
-                f"(a standby takes over after {owner.cfg.stale_after_s:g}s of silence from the active one)",
+                f"cluster {cluster_id!r} already has an active report stream ({where}); this one is "
+                f"refused (a standby takes over after {owner.cfg.stale_after_s:g}s of silence from the active one)",
             )
             return
         owner.metrics.streams.inc()
         log.info("capacity: agent for cluster %r connected from %s", cluster_id, context.peer())
         try:
             async for report in request_iterator:
-                if owner._active.get(cluster_id) is not stream:
+                if owner._active.get(cluster_id) is not stream or (
+                    owner.lease is not None and not await owner.lease.renew(cluster_id, stream.stream_id)
+                ):
                     owner.metrics.reports.labels("replaced").inc()
                     await context.abort(
                         grpc.StatusCode.ABORTED,
@@ -180,6 +194,8 @@ class _Servicer(capacity_pb2_grpc.CapacityServiceServicer):
         finally:
             if owner._active.get(cluster_id) is stream:
                 del owner._active[cluster_id]
+                if owner.lease is not None:
+                    await owner.lease.release(cluster_id, stream.stream_id)
             owner.metrics.streams.dec()
             log.info("capacity: agent for cluster %r disconnected", cluster_id)
 
@@ -190,6 +206,7 @@ class _ActiveStream:
 
     last_report_at: float
     last_seq: int = 0
+    stream_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # this stream's lease value
 
 
 class CapacityServer:
@@ -202,8 +219,10 @@ class CapacityServer:
         *,
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,  # stream silence (tests inject one)
+        lease: RedisStreamLease | None = None,  # one stream per cluster across replicas (Redis)
     ) -> None:
         self._clock = clock
+        self.lease = lease
         self.cfg = cfg
         self.fleet = fleet
         self.metrics = CapacityMetrics(registry if registry is not None else CollectorRegistry())

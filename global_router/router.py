@@ -31,6 +31,7 @@ from global_router.gateway_signer import GatewaySigner
 from global_router.metrics import RouterMetrics
 from global_router.ratelimit import build_limiter
 from global_router.selection import ClusterSelector
+from global_router.stream_lease import RedisStreamLease
 from global_router.tenants import TenantDirectory
 
 log = logging.getLogger("fleetgate.router")
@@ -115,7 +116,17 @@ class GlobalRouter:
             if self._with_capacity:
                 cap_cfg = msgspec.structs.replace(self.cfg.capacity, port=self._grpc_port_cfg)
                 # its series (reports accepted/refused, streams) on the router's /metrics
-                self.capacity = CapacityServer(cap_cfg, self.fleet, registry=self.metrics.registry)
+                lease = None
+                if self.redis is not None and self.cfg.redis is not None:  # one stream per cluster fleet-wide
+                    lease = RedisStreamLease(
+                        self.redis,
+                        prefix=self.cfg.redis.key_prefix,
+                        ttl_s=self.cfg.capacity.stale_after_s,
+                        timeout_s=self.cfg.redis.timeout_s,
+                    )
+                self.capacity = CapacityServer(
+                    cap_cfg, self.fleet, registry=self.metrics.registry, lease=lease
+                )
                 self.grpc_port = await self.capacity.start()
             f = self.cfg.failover
             timeout = httpx.Timeout(

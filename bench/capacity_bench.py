@@ -102,7 +102,11 @@ async def _stream(port: int, token: str, cluster: str, until: float, rtts: list[
 async def bench_server(fleet: FleetView, streams: int, seconds: float) -> str:
     tokens = {f"c{i}": f"token-{i}" for i in range(streams)}
     cfg = CapacityServerConfig(
-        port=0, agents=[AgentAuth(cluster_id=c, token_sha256=hash_token(t)) for c, t in tokens.items()]
+        port=0,
+        agents=[
+            AgentAuth(cluster_id=c, token_sha256=hash_token(t), gateway_hosts=["gw"])
+            for c, t in tokens.items()
+        ],
     )
     server = CapacityServer(cfg, fleet)
     port = await server.start()

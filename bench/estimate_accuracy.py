@@ -226,7 +226,16 @@ async def run(args: argparse.Namespace) -> list[RateRow]:
     view = MemoryFleetView(ttl_s=30.0)
     await view.start()
     cfg = CapacityServerConfig(
-        port=0, report_interval_ms=250, agents=[AgentAuth(cluster_id=CLUSTER, token_sha256=hash_token(TOKEN))]
+        port=0,
+        report_interval_ms=250,
+        agents=[
+            AgentAuth(
+                cluster_id=CLUSTER,
+                token_sha256=hash_token(TOKEN),
+                gateway_hosts=["127.0.0.1"],
+                allow_loopback=True,
+            )
+        ],
     )
     server = CapacityServer(cfg, view)
     grpc_port = await server.start()

@@ -115,10 +115,20 @@ def router_config(
         "capacity": {
             "reportIntervalMs": report_interval_ms,
             "staleAfterS": stale_after_s,
-            "agents": [{"clusterId": c, "tokenSha256": hash_key(f"tok-{c}")} for c in cluster_ids],
+            "agents": [
+                # pinned to loopback, allowed explicitly (docs/security.md)
+                {
+                    "clusterId": c,
+                    "tokenSha256": hash_key(f"tok-{c}"),
+                    "gatewayHosts": ["127.0.0.1"],
+                    "allowLoopback": True,
+                }
+                for c in cluster_ids
+            ],
         },
         "tenants": tenants or [{"name": "bench", "apiKeySha256": [hash_key(API_KEY)]}],
         "failover": {"ejectAfterFailures": 2, "ejectBaseS": 5, "connectTimeoutS": 1.0},
+        "publicStatus": True,  # the bench samples /fleet (public: without gateway URLs)
     }
     if selection is not None:
         cfg["selection"] = selection

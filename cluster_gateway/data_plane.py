@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import socket
 
+from cluster_gateway.auth import build_authenticator
 from cluster_gateway.extproc.server import ExtProcServer, PickerService
 from cluster_gateway.extproc.tls import server_credentials
 from cluster_gateway.observability import GatewayMetrics
@@ -54,6 +55,8 @@ class DataPlane:
             on_eject=lambda _pod, reason, _s: metrics.ejections.labels(reason).inc(),
         )
         self.forwarder = Forwarder(pool, self.dispatcher, metrics, spec.proxy, outliers=self.outliers)
+        # every serving process checks the router's credential (a missing secret: ConfigError here)
+        self.auth = build_authenticator(spec.auth)
         self._server: EmbeddedServer | None = None
         self._extproc: ExtProcServer | None = None
 
@@ -77,6 +80,7 @@ class DataPlane:
                 max_body_bytes=pcfg.max_body_bytes,
                 max_json_depth=pcfg.max_json_depth,
                 outliers=self.outliers,
+                auth=self.auth,
             )
             self._extproc = ExtProcServer(
                 service, server_credentials(self.spec.ext_proc), reuse_port=reuse_port

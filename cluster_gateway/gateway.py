@@ -74,6 +74,7 @@ class ClusterGateway:
         if self.workers > 1:
             self._feed_dir = tempfile.TemporaryDirectory(prefix="fleetgate-feed-")
             self.publisher = PoolPublisher(self.pool, os.path.join(self._feed_dir.name, "feed.sock"))
+        self.auth = self.data.auth  # built with the data plane: a missing secret is a ConfigError here
         self._background: list[tuple[str, BackgroundRun]] = [
             ("discovery", lambda: self.discovery.run(self.pool)),
             ("scraper", self.scraper.run),
@@ -142,6 +143,11 @@ class ClusterGateway:
                 self.host,
                 self.bound_port,
             )
+            if not self.auth.required and self.spec.global_router is not None:
+                log.warning(
+                    "auth.mode is none: anyone who reaches this gateway bypasses the global router's "
+                    "keys and limits (set auth.mode: hmac; docs/security.md)"
+                )
             if extproc is not None:
                 log.info("ext_proc endpoint picker listening on %s:%d", self.host, self.extproc_port)
             if self.publisher is not None:

@@ -31,9 +31,11 @@ from fleetgate.demo_fleet import (
     ClusterPlan,
     DemoSecrets,
     adapters_of,
+    gateway_secret_path,
     gateway_spec,
     pod_spec_document,
     router_config,
+    token_path,
 )
 from fleetgate.demo_load import LoadGenerator
 from fleetgate.demo_procs import ChildError, SimProcess
@@ -103,11 +105,12 @@ def header(
 ) -> list[str]:
     """What a newcomer needs: the endpoint (line 1), the key (line 2), the fleet, things to try."""
     n_pods = sum(len(c.pods) for c in fleet)
+    first = fleet[0].cluster_id
     lines = [
         f"global endpoint: {endpoint}",
         f"api key: {keys.api_key}",
         f'batch api key: {keys.batch_key}   (tenant "batch": sent to the capacity with room that is cheapest per token)',
-        f"admin key: {keys.admin_key}   (POST /admin/clusters/ID/drain)",
+        f"admin key: {keys.admin_key}   (POST /admin/clusters/ID/drain, GET /fleet and the status page)",
         "",
         f"fleet: {len(fleet)} clusters, {n_pods} simulated pods of {BASE_MODEL}; "
         f"LoRA adapters {', '.join(adapters_of(fleet))}",
@@ -136,8 +139,12 @@ def header(
         "  print(reply.choices[0].message.content)",
         "  EOF",
         "",
-        f"  curl -s {endpoint}/fleet        # what the router knows about every cluster (JSON)",
-        f"  status page: {endpoint}/",
+        f'  curl -s {endpoint}/fleet -H "authorization: Bearer {keys.admin_key}"   # the router\'s fleet view (JSON)',
+        f"  status page: {endpoint}/   (public view: without the admin key, no gateway URLs)",
+        "",
+        "  # straight to a cluster gateway, bypassing the router: refused with 401 (gateways serve only",
+        "  # requests the router signed with the cluster's secret; docs/security.md)",
+        f"  curl -si {gateways[first]}/v1/chat/completions -H \"content-type: application/json\" -d '{body}'",
         f"  curl -s -X POST {endpoint}/admin/clusters/us-east-1/drain "
         f'-H "authorization: Bearer {keys.admin_key}"   # watch traffic move; -d \'{{"drain": false}}\' undoes it',
         "",
@@ -160,6 +167,7 @@ class Demo:
         self.gateways: dict[str, ClusterGateway] = {}
         self._watchers: list[asyncio.Task[None]] = []
         self.load: LoadGenerator | None = None
+        self.workdir = Path(".")  # set by start()
 
     def fail(self, message: str) -> None:
         if self.failure is None and not self._stopping:
@@ -177,7 +185,7 @@ class Demo:
             )
 
     async def _start_router(self) -> GlobalRouter:
-        cfg = router_config(self.fleet, self.keys, redis_url=self.args.redis)
+        cfg = router_config(self.fleet, self.keys, secret_dir=self.workdir, redis_url=self.args.redis)
         ports = [self.args.port] if self.args.port is not None else [PREFERRED_PORT, 0]
         for i, port in enumerate(ports):
             router = GlobalRouter(cfg, http_port=port, grpc_port=0)
@@ -202,17 +210,17 @@ class Demo:
             await sim.start()
             self._watchers.append(asyncio.create_task(self._watch(sim), name=f"watch-{sim.name}"))
         await asyncio.gather(*(sim.wait_ready(self.args.ready_timeout) for sim in self.sims.values()))
+        self.workdir = workdir
+        self.keys.write_files(workdir)  # agent tokens and router->gateway secrets, mode 0600
         self.router = await self._start_router()
         address = f"127.0.0.1:{self.router.grpc_port}"
         for plan in self.fleet:
-            token_file = workdir / f"{plan.cluster_id}.token"
-            token_file.touch(mode=0o600)
-            token_file.write_text(self.keys.agent_tokens[plan.cluster_id])
             spec = gateway_spec(
                 plan,
                 self.sims[plan.cluster_id].urls,
                 router_capacity_address=address,
-                token_file=token_file,
+                token_file=token_path(workdir, plan.cluster_id),
+                gateway_secret_file=gateway_secret_path(workdir, plan.cluster_id),
                 time_scale=self.args.time_scale,
             )
             gateway = ClusterGateway(spec, port=0)
@@ -272,7 +280,9 @@ class Demo:
                 endpoint, {"api": self.keys.api_key, "batch": self.keys.batch_key}, rps=args.load_rps
             )
             load_task = asyncio.create_task(self.load.run(), name="demo-load")
-        probe = FleetProbe(endpoint, self.fleet, {k: s.urls for k, s in self.sims.items()})
+        probe = FleetProbe(
+            endpoint, self.fleet, {k: s.urls for k, s in self.sims.items()}, status_key=self.keys.admin_key
+        )
         clock = Clock()
         tty = self.out.isatty()
         term = LiveTerminal(self.out) if tty else None

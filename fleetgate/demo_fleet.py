@@ -101,6 +101,8 @@ class DemoSecrets:
     batch_key: str  # tenant `batch`
     admin_key: str  # POST /admin/* on the router
     agent_tokens: dict[str, str] = field(repr=False)  # cluster id -> token (never printed)
+    # cluster id -> the router's HMAC secret for that cluster's gateway (never printed)
+    gateway_secrets: dict[str, str] = field(repr=False, default_factory=dict)
 
     @classmethod
     def generate(cls, cluster_ids: list[str]) -> DemoSecrets:
@@ -109,10 +111,30 @@ class DemoSecrets:
             batch_key="sk-fg-batch-" + secrets.token_urlsafe(24),
             admin_key="sk-fg-admin-" + secrets.token_urlsafe(24),
             agent_tokens={cid: secrets.token_urlsafe(32) for cid in cluster_ids},
+            gateway_secrets={cid: secrets.token_urlsafe(32) for cid in cluster_ids},
         )
+
+    def write_files(self, workdir: Path) -> None:
+        """Each cluster's agent token and gateway secret as 0600 files (what Secrets would mount)."""
+        for cid in self.agent_tokens:
+            for path, value in (
+                (token_path(workdir, cid), self.agent_tokens[cid]),
+                (gateway_secret_path(workdir, cid), self.gateway_secrets[cid]),
+            ):
+                path.touch(mode=0o600)
+                path.write_text(value + "\n")
 
     def __repr__(self) -> str:  # keys stay out of tracebacks and debug logs
         return "DemoSecrets(<redacted>)"
+
+
+def token_path(workdir: Path, cluster_id: str) -> Path:
+    return workdir / f"{cluster_id}.token"
+
+
+def gateway_secret_path(workdir: Path, cluster_id: str) -> Path:
+    """The router → gateway HMAC secret: read by the router (to sign) and the gateway (to verify)."""
+    return workdir / f"{cluster_id}.gateway-secret"
 
 
 def pod_spec_document(plan: ClusterPlan, *, time_scale: float, seed: int) -> dict[str, Any]:
@@ -158,9 +180,11 @@ def gateway_spec(
     *,
     router_capacity_address: str,
     token_file: Path,
+    gateway_secret_file: Path,
     time_scale: float = 1.0,
 ) -> GatewaySpec:
-    """The cluster's gateway: its pods as a static pool, and its agent linked to the router."""
+    """The cluster's gateway: its pods as a static pool, its agent linked to the router, and auth on
+    (only requests the router signed with this cluster's secret are served)."""
     if len(pod_urls) != len(plan.pods):
         raise ValueError(f"{plan.cluster_id}: {len(pod_urls)} pod URLs for {len(plan.pods)} pods")
     endpoints = [
@@ -188,14 +212,17 @@ def gateway_spec(
             "capacityType": plan.capacity_type,
             "podPerformance": pod_performance(plan, time_scale),
         },
+        "auth": {"mode": "hmac", "secretFile": str(gateway_secret_file)},
     }
     return load_config_data(data, GatewaySpec, source=f"demo gateway {plan.cluster_id}")
 
 
 def router_config(
-    fleet: tuple[ClusterPlan, ...], keys: DemoSecrets, *, redis_url: str | None = None
+    fleet: tuple[ClusterPlan, ...], keys: DemoSecrets, *, secret_dir: Path, redis_url: str | None = None
 ) -> GlobalRouterConfig:
-    """One global router on loopback: two tenants (interactive, batch) and one agent per cluster."""
+    """One global router on loopback: two tenants (interactive, batch) and one agent per cluster,
+    each pinned to a loopback gateway (allowed explicitly: this is a local demo) that the router
+    signs its requests to with the cluster's own secret."""
     data: dict[str, Any] = {
         "host": "127.0.0.1",
         "region": "global",
@@ -204,7 +231,16 @@ def router_config(
             "reportIntervalMs": 500,
             "staleAfterS": 3.0,
             "agents": [
-                {"clusterId": c.cluster_id, "tokenSha256": hash_key(keys.agent_tokens[c.cluster_id])}
+                {
+                    "clusterId": c.cluster_id,
+                    "tokenSha256": hash_key(keys.agent_tokens[c.cluster_id]),
+                    "gatewayHosts": ["127.0.0.1"],
+                    "allowLoopback": True,
+                    "gatewayAuth": {
+                        "mode": "hmac",
+                        "secretFile": str(gateway_secret_path(secret_dir, c.cluster_id)),
+                    },
+                }
                 for c in fleet
             ],
         },
@@ -225,6 +261,8 @@ def router_config(
             },
         ],
         "adminKeySha256": hash_key(keys.admin_key),
+        # the status page opens in a browser; without the admin key it shows no gateway URLs
+        "publicStatus": True,
         "selection": {"regionLatencyMs": REGION_LATENCY_MS},
     }
     if redis_url is not None:

@@ -76,19 +76,25 @@ class FleetProbe:
     """Reads the fleet over loopback HTTP, like any operator tool would."""
 
     def __init__(
-        self, router_url: str, plans: tuple[ClusterPlan, ...], pod_urls: dict[str, list[str]]
+        self,
+        router_url: str,
+        plans: tuple[ClusterPlan, ...],
+        pod_urls: dict[str, list[str]],
+        *,
+        status_key: str | None = None,  # `/fleet` is private by default: the admin or a status key
     ) -> None:
         self.router_url = router_url
         self.plans = plans
         self.pod_urls = pod_urls
+        self._fleet_headers = {"authorization": f"Bearer {status_key}"} if status_key else {}
         self._client = httpx.AsyncClient(timeout=httpx.Timeout(1.0), trust_env=False)
 
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    async def _json(self, url: str) -> dict[str, Any] | None:
+    async def _json(self, url: str, headers: dict[str, str] | None = None) -> dict[str, Any] | None:
         try:
-            r = await self._client.get(url)
+            r = await self._client.get(url, headers=headers)
             if r.status_code != 200:
                 return None
             doc = r.json()
@@ -100,7 +106,9 @@ class FleetProbe:
         pod_jobs = [
             self._json(f"{url}/admin/state") for plan in self.plans for url in self.pod_urls[plan.cluster_id]
         ]
-        fleet, *states = await asyncio.gather(self._json(f"{self.router_url}/fleet"), *pod_jobs)
+        fleet, *states = await asyncio.gather(
+            self._json(f"{self.router_url}/fleet", self._fleet_headers), *pod_jobs
+        )
         reports = {c.get("id"): c for c in (fleet or {}).get("clusters", []) if isinstance(c, dict)}
         rows: list[ClusterRow] = []
         it = iter(states)

@@ -48,6 +48,7 @@ from global_router.metrics import (
 )
 from global_router.ratelimit import Admission, RateLimiter, reservation_tokens
 from global_router.selection import Candidate, ClusterSelector, SelectionRequest, served_models
+from global_router.status_access import StatusAccess, redact
 from global_router.status_page import render_status
 from global_router.tenants import TenantDirectory, check_admin
 
@@ -319,19 +320,20 @@ def build_app(s: RouterServices) -> Litestar:
             router={"region": s.cfg.region, "rate_limiter": s.limiter.mode, **s.router_info()},
         )
 
-    def _check_status_access(request: Request[Any, Any, Any]) -> None:
-        if not s.cfg.public_status:
-            check_admin(request.headers.get("authorization"), s.cfg.admin_key_sha256)
+    status_access = StatusAccess(s.cfg)
+
+    def _visible_report(request: Request[Any, Any, Any]) -> dict[str, Any]:
+        """401/403 unless allowed; without an admin/status key a public view has no gateway URLs."""
+        full = status_access.authorize(request.headers.get("authorization"))
+        return _report() if full else redact(_report())
 
     @get("/fleet", sync_to_thread=False)
     def fleet(request: Request[Any, Any, Any]) -> Response[bytes]:
-        _check_status_access(request)
-        return Response(msgspec.json.encode(_report()), media_type=MediaType.JSON)
+        return Response(msgspec.json.encode(_visible_report(request)), media_type=MediaType.JSON)
 
     @get("/", sync_to_thread=False)
     def status_page(request: Request[Any, Any, Any]) -> Response[str]:
-        _check_status_access(request)
-        return Response(render_status(_report()), media_type=MediaType.HTML)
+        return Response(render_status(_visible_report(request)), media_type=MediaType.HTML)
 
     @get("/health", sync_to_thread=False)
     def health() -> Response[bytes]:

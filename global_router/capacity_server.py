@@ -1,7 +1,8 @@
 """The router's gRPC CapacityService: cluster agents stream reports in, directives flow back.
 
-Each stream is authenticated once (bearer token → the one cluster it may speak for); every report
-is validated, published to the fleet view and answered with a Directive carrying the ack, the
+Each stream is authenticated once (bearer token → the one cluster it may speak for); a cluster has
+one active stream at a time (a second is refused); every report is validated, checked against the
+cluster's pins and plausibility caps (`report_policy`), published to the fleet view and answered with a Directive carrying the ack, the
 report interval the router wants and whether an operator drained the cluster here. The standard
 gRPC health service runs on the same port. TLS is on when `tlsCertFile` and `tlsKeyFile` are set.
 """
@@ -11,8 +12,9 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections import Counter
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -26,11 +28,12 @@ from common.config.router import CapacityServer as CapacityServerConfig
 from common.proto.fleetgate.v1 import capacity_pb2, capacity_pb2_grpc
 from global_router.agent_auth import AgentAuthenticator, AuthError
 from global_router.fleet_view import FleetView, state_from_report
+from global_router.report_policy import PolicyRefusal, ReportPolicy
+from global_router.stream_lease import RedisStreamLease
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "fleetgate.v1.CapacityService"
-MAX_STREAMS_PER_CLUSTER = 16  # one per gateway replica is normal; more means a leak or abuse
 
 
 class CapacityMetrics:
@@ -41,6 +44,12 @@ class CapacityMetrics:
             "fleetgate_capacity_reports",
             "Capacity reports received by the router, by outcome",
             ["result"],
+            registry=registry,
+        )
+        self.refused = PromCounter(
+            "fleetgate_capacity_reports_refused",
+            "Reports or streams refused by the report policy (pins, caps, one stream per cluster)",
+            ["cluster", "reason"],
             registry=registry,
         )
         self.streams = Gauge(
@@ -104,24 +113,45 @@ class _Servicer(capacity_pb2_grpc.CapacityServiceServicer):
             log.warning("capacity: refused a stream from %s: %s", context.peer(), exc)
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
             return
-        if owner._streams[cluster_id] >= MAX_STREAMS_PER_CLUSTER:
-            owner.metrics.reports.labels("too_many_streams").inc()
+        stream = owner._claim(cluster_id)
+        elsewhere = False
+        if (
+            stream is not None
+            and owner.lease is not None
+            and not await owner.lease.acquire(cluster_id, stream.stream_id)
+        ):
+            owner._active.pop(cluster_id, None)
+            stream, elsewhere = None, True
+        if stream is None:
+            owner.metrics.reports.labels("second_stream").inc()
+            owner.metrics.refused.labels(cluster_id, "second_stream").inc()
+            where = "on another router replica" if elsewhere else "here"
             log.warning(
-                "capacity: cluster %r already has %d open streams; refused one",
+                "capacity: refused a second report stream for cluster %r from %s (one is active %s)",
                 cluster_id,
-                MAX_STREAMS_PER_CLUSTER,
+                context.peer(),
+                where,
             )
             await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"cluster {cluster_id!r} already has {MAX_STREAMS_PER_CLUSTER} open report streams",
+                grpc.StatusCode.ALREADY_EXISTS,
+                f"cluster {cluster_id!r} already has an active report stream ({where}); this one is "
+                f"refused (a standby takes over after {owner.cfg.stale_after_s:g}s of silence from the active one)",
             )
             return
-        owner._streams[cluster_id] += 1
         owner.metrics.streams.inc()
         log.info("capacity: agent for cluster %r connected from %s", cluster_id, context.peer())
-        last_seq = 0
         try:
             async for report in request_iterator:
+                if owner._active.get(cluster_id) is not stream or (
+                    owner.lease is not None and not await owner.lease.renew(cluster_id, stream.stream_id)
+                ):
+                    owner.metrics.reports.labels("replaced").inc()
+                    await context.abort(
+                        grpc.StatusCode.ABORTED,
+                        f"this stream went silent and another one took over cluster {cluster_id!r}",
+                    )
+                    return
+                stream.last_report_at = owner._clock()
                 if report.cluster_id != cluster_id:
                     owner.metrics.reports.labels("forbidden").inc()
                     log.warning(
@@ -135,40 +165,64 @@ class _Servicer(capacity_pb2_grpc.CapacityServiceServicer):
                     )
                     return
                 message = ""
-                if report.sequence <= last_seq:
+                if report.sequence <= stream.last_seq:
                     owner.metrics.reports.labels("stale").inc()
-                    message = f"sequence {report.sequence} ignored: not after {last_seq}"
+                    message = f"sequence {report.sequence} ignored: not after {stream.last_seq}"
                 else:
                     try:
                         validate_report(report)
+                        owner.policy.check(cluster_id, report)
+                    except PolicyRefusal as exc:
+                        owner.metrics.reports.labels("refused").inc()
+                        owner.metrics.refused.labels(cluster_id, exc.reason).inc()
+                        message = f"report {report.sequence} refused: {exc}"
+                        log.warning("capacity: cluster %r: %s", cluster_id, message)
                     except ReportError as exc:
                         owner.metrics.reports.labels("invalid").inc()
                         message = f"report {report.sequence} rejected: {exc}"
                         log.warning("capacity: cluster %r: %s", cluster_id, message)
                     else:
-                        last_seq = report.sequence
+                        stream.last_seq = report.sequence
                         await owner.fleet.publish(state_from_report(report, time.time()))
                         owner.metrics.reports.labels("accepted").inc()
                 yield capacity_pb2.Directive(
-                    ack=capacity_pb2.Ack(sequence=last_seq),
+                    ack=capacity_pb2.Ack(sequence=stream.last_seq),
                     report_interval_ms=owner.cfg.report_interval_ms,
                     drain=owner.fleet.router_drained(cluster_id),
                     message=message,
                 )
         finally:
-            owner._streams[cluster_id] -= 1
-            if owner._streams[cluster_id] <= 0:
-                del owner._streams[cluster_id]
+            if owner._active.get(cluster_id) is stream:
+                del owner._active[cluster_id]
+                if owner.lease is not None:
+                    await owner.lease.release(cluster_id, stream.stream_id)
             owner.metrics.streams.dec()
             log.info("capacity: agent for cluster %r disconnected", cluster_id)
+
+
+@dataclass(slots=True, eq=False)
+class _ActiveStream:
+    """The one stream allowed to report for a cluster, and the cluster's sequence on it."""
+
+    last_report_at: float
+    last_seq: int = 0
+    stream_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # this stream's lease value
 
 
 class CapacityServer:
     """grpc.aio server for CapacityService plus grpc.health.v1 on one port."""
 
     def __init__(
-        self, cfg: CapacityServerConfig, fleet: FleetView, *, registry: CollectorRegistry | None = None
+        self,
+        cfg: CapacityServerConfig,
+        fleet: FleetView,
+        *,
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.monotonic,  # stream silence (tests inject one)
+        lease: RedisStreamLease | None = None,  # one stream per cluster across replicas (Redis)
     ) -> None:
+        self._clock = clock
+        self.lease = lease
         self.cfg = cfg
         self.fleet = fleet
         self.metrics = CapacityMetrics(registry if registry is not None else CollectorRegistry())
@@ -177,7 +231,8 @@ class CapacityServer:
             raise ConfigError("capacity.tlsCertFile and capacity.tlsKeyFile must be set together")
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
-        self._streams: Counter[str] = Counter()
+        self.policy = ReportPolicy(cfg.agents, cfg.limits)
+        self._active: dict[str, _ActiveStream] = {}
         self.port: int | None = None
 
     @property
@@ -185,8 +240,23 @@ class CapacityServer:
         return self.cfg.tls_cert_file is not None
 
     def connected_clusters(self) -> list[str]:
-        """Clusters with at least one open report stream (HA gateways may hold several)."""
-        return sorted(self._streams)
+        """Clusters with an open report stream (one per cluster; HA replicas stand by)."""
+        return sorted(self._active)
+
+    def _claim(self, cluster_id: str) -> _ActiveStream | None:
+        """Make a new stream the cluster's active one, or None while another is active.
+
+        Refuse, not replace: a stolen token cannot kick the real agent off, and HA gateway replicas
+        become active/standby reporters instead of interleaving. An active stream silent for
+        `staleAfterS` (a half-open connection) is taken over, and it is closed at its next report.
+        """
+        now = self._clock()
+        current = self._active.get(cluster_id)
+        if current is not None and now - current.last_report_at < self.cfg.stale_after_s:
+            return None
+        stream = _ActiveStream(last_report_at=now)
+        self._active[cluster_id] = stream
+        return stream
 
     async def start(self) -> int:
         """Bind and serve; returns the bound port (config port 0 picks a free one)."""
@@ -213,6 +283,7 @@ class CapacityServer:
         if port == 0:
             raise OSError(f"capacity server: cannot listen on {address}")
         await server.start()
+        self.policy.add_own_address(self.cfg.host, port)
         for service in ("", SERVICE_NAME):
             await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
         self._server, self._health, self.port = server, health_servicer, port

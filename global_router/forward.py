@@ -25,6 +25,7 @@ from common.upstream import Response, UpstreamError, UpstreamPools
 from global_router.dispatch_tracker import DispatchTracker
 from global_router.failover import ClusterHealth, RetryBudget
 from global_router.gateway_address import GatewayAddress, parse_gateway_url
+from global_router.gateway_signer import GatewaySigner
 from global_router.headers import with_trace_context
 from global_router.metrics import OK, STREAM_BROKEN, UPSTREAM_ERROR, RouterMetrics
 from global_router.selection import Candidate
@@ -34,6 +35,14 @@ log = logging.getLogger("fleetgate.router.forward")
 tracer = trace.get_tracer("fleetgate.global_router")
 
 CLUSTER_HEADER = "x-fleetgate-cluster"
+# what a client sees when every tried gateway refused the router's credential (never the gateway's
+# own 401: the client's key was fine)
+GATEWAY_REFUSED = msgspec.json.encode(
+    error_body(
+        "A cluster gateway refused the router's credentials.", type="server_error", code="gateway_refused"
+    )
+)
+_JSON_HEADERS = {"content-type": "application/json"}
 _HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer"}
     | {"transfer-encoding", "upgrade", "content-length", "server", "date"}
@@ -104,7 +113,9 @@ class Forwarder:
         budget: RetryBudget,
         tracker: DispatchTracker,
         metrics: RouterMetrics,
+        signer: GatewaySigner | None = None,
     ) -> None:
+        self._signer = signer if signer is not None else GatewaySigner({})
         # One O(1) keep-alive pool per gateway (common.upstream): httpx's pool scans every pooled
         # connection per request, which made a router in front of 2,000 streams collapse.
         self._upstreams = upstreams
@@ -175,6 +186,7 @@ class Forwarder:
                 span.set_attribute("fleetgate.traffic_class", req.traffic_class)
                 try:
                     sent = with_trace_context(req.headers) if span.is_recording() else req.headers
+                    sent = self._signer.sign(cid, "POST", req.path, req.body, sent)  # gateway auth
                     pool = self._upstreams.get(addr.host, addr.port, addr.tls)
                     resp = await pool.request(
                         b"POST",
@@ -186,6 +198,10 @@ class Forwarder:
                     deadline = started + cfg.first_byte_timeout_s
                     status = resp.status
                     span.set_attribute("http.response.status_code", status)
+                    if status in (401, 403):  # the gateway refused our credential: a failing cluster
+                        await resp.read(_remaining(deadline))
+                        self._fail(cid)
+                        raise _Retryable(f"HTTP {status}", 502, GATEWAY_REFUSED, _JSON_HEADERS)
                     headers = downstream_headers(
                         (k.decode("latin-1"), v.decode("latin-1")) for k, v in resp.headers
                     )

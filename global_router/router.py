@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import uuid
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgspec
 import redis.asyncio as aioredis
@@ -25,9 +26,11 @@ from global_router.dispatch_tracker import DispatchTracker
 from global_router.failover import ClusterHealth, RetryBudget
 from global_router.fleet_view import FleetView, MemoryFleetView, RedisFleetView
 from global_router.forward import Forwarder
+from global_router.gateway_signer import GatewaySigner
 from global_router.metrics import RouterMetrics
 from global_router.ratelimit import build_limiter
 from global_router.selection import ClusterSelector
+from global_router.stream_lease import RedisStreamLease
 from global_router.tenants import TenantDirectory
 
 log = logging.getLogger("fleetgate.router")
@@ -84,6 +87,7 @@ class GlobalRouter:
         )
         self.limiter = build_limiter(self.redis, cfg.redis, cfg.rate_limits)
         self.tenants = TenantDirectory.from_config(cfg)
+        self.signer = GatewaySigner.from_agents(cfg.capacity.agents)  # ConfigError: a secret is missing
         self._with_capacity = capacity_server
         self.capacity: CapacityServer | None = None
         self._upstreams: UpstreamPools | None = None
@@ -107,7 +111,18 @@ class GlobalRouter:
             await self.limiter.start()
             if self._with_capacity:
                 cap_cfg = msgspec.structs.replace(self.cfg.capacity, port=self._grpc_port_cfg)
-                self.capacity = CapacityServer(cap_cfg, self.fleet)
+                # its series (reports accepted/refused, streams) on the router's /metrics
+                lease = None
+                if self.redis is not None and self.cfg.redis is not None:  # one stream per cluster fleet-wide
+                    lease = RedisStreamLease(
+                        self.redis,
+                        prefix=self.cfg.redis.key_prefix,
+                        ttl_s=self.cfg.capacity.stale_after_s,
+                        timeout_s=self.cfg.redis.timeout_s,
+                    )
+                self.capacity = CapacityServer(
+                    cap_cfg, self.fleet, registry=self.metrics.registry, lease=lease
+                )
                 self.grpc_port = await self.capacity.start()
             f = self.cfg.failover
             self._upstreams = UpstreamPools(
@@ -122,6 +137,7 @@ class GlobalRouter:
                 budget=self.budget,
                 tracker=self.tracker,
                 metrics=self.metrics,
+                signer=self.signer,
             )
             services = RouterServices(
                 cfg=self.cfg,
@@ -140,6 +156,7 @@ class GlobalRouter:
             config = server_config(build_app(services), self.cfg.server)
             self._server = EmbeddedServer(config)
             self.http_port = await self._server.start_on(sock)
+            self._pin_own_addresses()
             log.info("global router listening on http://%s:%d", self.cfg.host, self.http_port)
             if self.cfg.allow_anonymous:
                 log.warning("allowAnonymous is on: requests without an API key are served (trials only)")
@@ -148,6 +165,16 @@ class GlobalRouter:
         except BaseException:
             await self.stop()
             raise
+
+    def _pin_own_addresses(self) -> None:
+        """Reports may not point the fleet at the router's own HTTP port or its Redis."""
+        if self.capacity is None:
+            return
+        self.capacity.policy.add_own_address(self.cfg.host, self.http_port)
+        if self.cfg.redis is not None:
+            u = urlsplit(self.cfg.redis.url)
+            if u.hostname:
+                self.capacity.policy.add_own_address(u.hostname, u.port or 6379)
 
     async def stop(self) -> None:
         if self._server is not None:

@@ -23,6 +23,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from opentelemetry import context as otel_context
 
+from cluster_gateway.auth import GatewayAuthenticator
 from cluster_gateway.extproc import messages as msg
 from cluster_gateway.observability import CANCELLED, OK, REJECTED, SHED, UPSTREAM_ERROR, GatewayMetrics
 from cluster_gateway.pool import EndpointPool, PodState
@@ -30,7 +31,7 @@ from cluster_gateway.request_path.dispatch import Dispatcher, Pick
 from cluster_gateway.request_path.headers import DESTINATION_HEADER, is_internal
 from cluster_gateway.request_path.models_list import models_listing
 from cluster_gateway.request_path.outliers import OutlierDetector
-from common.config.gateway import ExtProc, OutlierDetection
+from common.config.gateway import ExtProc, GatewayAuth, OutlierDetection
 from common.errors import OpenAIError, bad_request
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, MAX_JSON_DEPTH, parse_request
 from common.telemetry import extract_context
@@ -73,7 +74,9 @@ class PickerService(pb_grpc.ExternalProcessorServicer):
         max_body_bytes: int,
         max_json_depth: int = MAX_JSON_DEPTH,
         outliers: OutlierDetector | None = None,
+        auth: GatewayAuthenticator | None = None,
     ) -> None:
+        self.auth = auth if auth is not None else GatewayAuthenticator(GatewayAuth())  # default: open
         self.pool = pool
         self.dispatcher = dispatcher
         self.metrics = metrics
@@ -149,6 +152,7 @@ class PickerService(pb_grpc.ExternalProcessorServicer):
         st.picked = True
         raw = b"".join(st.body)
         try:
+            self.auth.verify("POST", st.path, st.headers, raw)  # before the pick: 401 ImmediateResponse
             parsed = parse_request(raw, st.path, self.max_depth)
             sched_headers = {
                 k: v for k, v in st.headers.items() if not k.startswith(":") and not is_internal(k)
@@ -183,6 +187,10 @@ class PickerService(pb_grpc.ExternalProcessorServicer):
     def _non_inference(self, st: _Stream, method: str) -> pb.ProcessingResponse:
         """Answer what the pool itself knows; the picker never routes non-inference paths blindly."""
         if st.path == "/v1/models" and method == "GET":
+            try:
+                self.auth.verify(method, st.path, st.headers, b"")
+            except OpenAIError as refused:
+                return msg.immediate_error(refused)
             return msg.immediate(200, models_listing(self.pool))
         err = OpenAIError(
             404, f"Unknown path {method} {st.path}", code="unknown_url", type="invalid_request_error"

@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 from opentelemetry import context as otel_context
 
+from cluster_gateway.auth import GatewayAuthenticator
 from cluster_gateway.observability import CANCELLED, REJECTED, SHED, GatewayMetrics
 from cluster_gateway.pool import EndpointPool
 from cluster_gateway.proxy.forward import Forwarder, NoPodAnswered, StreamBroken
@@ -24,7 +25,7 @@ from cluster_gateway.request_path.dispatch import Dispatcher
 from cluster_gateway.request_path.headers import client_headers, upstream_request_headers
 from cluster_gateway.request_path.models_list import models_listing
 from common.asgi import ClientGone, ResponseAborted, read_body, run_until_disconnect
-from common.config.gateway import Proxy
+from common.config.gateway import GatewayAuth, Proxy
 from common.errors import OpenAIError
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, ParsedRequest, parse_request
 from common.request_log import REQUEST_ID_HEADER, RequestRecord, request_id, with_request_id
@@ -82,7 +83,9 @@ class ProxyApp:
         *,
         worker: int = 0,
         access_log: bool = True,
+        auth: GatewayAuthenticator | None = None,
     ) -> None:
+        self.auth = auth if auth is not None else GatewayAuthenticator(GatewayAuth())  # default: open
         self.pool = pool
         self._health_body = msgspec.json.encode({"status": "ok", "worker": worker})
         self.dispatcher = dispatcher
@@ -146,6 +149,7 @@ class ProxyApp:
         send = with_request_id(send, rid)
         try:
             body = await read_body(receive, headers.get("content-length"), self.max_body)
+            self.auth.verify_asgi("POST", path, scope["headers"], body)  # 401 unless router/key (auth.*)
             parsed = parse_request(body, path, self.max_depth)
             rec.model, rec.stream = parsed.model, parsed.stream
             await self._serve_until_disconnect(state, parsed, headers, path, body, receive, send, rec)
@@ -208,6 +212,11 @@ class ProxyApp:
 
     # --- control endpoints ----------------------------------------------
     async def _models(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            self.auth.verify_asgi("GET", scope["path"], scope["headers"], b"")
+        except OpenAIError as err:
+            await send_error(send, err)
+            return
         await send_json(send, 200, models_listing(self.pool))
 
     async def _health(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -187,6 +187,40 @@ class GlobalRouterLink(_Base, kw_only=True):
     ca_file: str | None = None
 
 
+Sha256Hex = Annotated[str, Meta(pattern="^[0-9a-f]{64}$")]
+
+
+class GatewayAuth(_Base, kw_only=True):
+    """Who may send inference requests to this gateway (docs/security.md).
+
+    `mode: hmac`: the global router signs each request with a per-cluster secret; the gateway needs
+    the secret itself to verify (from `secretFile`, one secret per line while rotating, or
+    `secretEnv`). `mode: bearer`: the router sends the secret as a token; the gateway keeps only
+    its SHA-256 (`tokenSha256`). `apiKeySha256`: optional local API keys (`Authorization: Bearer`,
+    same digest format as the router's `tenants[].apiKeySha256`) for direct single-cluster use.
+    `mode: none` and no keys: the gateway is open (a bare single-cluster `fleetgate gateway`).
+    `/health`, `/ready` and `/metrics` are always open (probes and Prometheus).
+    """
+
+    mode: Literal["none", "hmac", "bearer"] = "none"
+    secret_file: str | None = None  # hmac
+    secret_env: str | None = None  # hmac
+    token_sha256: list[Sha256Hex] = msgspec.field(default_factory=list)  # bearer
+    max_skew_s: Annotated[int, Meta(ge=1, le=600)] = 30  # hmac replay window (± seconds)
+    replay_cache_size: Annotated[int, Meta(ge=1000)] = 200_000  # nonces remembered in the window
+    api_key_sha256: list[Sha256Hex] = msgspec.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.mode == "hmac" and self.secret_file is None and self.secret_env is None:
+            raise ValueError("mode hmac needs `secretFile` or `secretEnv`")
+        if self.mode == "bearer" and not self.token_sha256:
+            raise ValueError("mode bearer needs `tokenSha256` (SHA-256 hex of the router's token)")
+
+    @property
+    def required(self) -> bool:
+        return self.mode != "none" or bool(self.api_key_sha256)
+
+
 class PodPerformance(_Base, kw_only=True):
     """What one pod sustains, for the agent's TTFT/headroom estimates before its pods have served
     anything (their own latency histograms and observed running cap win once they have)."""
@@ -221,6 +255,7 @@ class GatewaySpec(_Base, kw_only=True):
     capacity: CapacityInfo = msgspec.field(default_factory=CapacityInfo)
     server: HttpServer = msgspec.field(default_factory=HttpServer)
     access_log: bool = True  # one JSON line per request on logger fleetgate.access (common/request_log.py)
+    auth: GatewayAuth = msgspec.field(default_factory=GatewayAuth)
 
 
 # The CRD whose `spec` is GatewaySpec (deploy/ renders it from this schema).

@@ -28,11 +28,55 @@ class RedisConfig(_Base, kw_only=True):
     timeout_s: PositiveFloat = 0.25
 
 
+class GatewayCredential(_Base, kw_only=True):
+    """How the router proves itself to one cluster's gateway (that gateway's `auth:`).
+
+    The router needs the secret itself in both modes (it signs with it or sends it), so it comes
+    from a file (a mounted Secret; one secret per line, the first is used) or an env variable.
+    """
+
+    mode: Literal["hmac", "bearer"] = "hmac"
+    secret_file: str | None = None
+    secret_env: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.secret_file is None) == (self.secret_env is None):
+            raise ValueError("set exactly one of `secretFile` or `secretEnv`")
+
+
 class AgentAuth(_Base, kw_only=True):
-    """A cluster allowed to report; its bearer token is stored as a SHA-256 hex digest only."""
+    """A cluster allowed to report, and what its reports may claim (docs/security.md).
+
+    Its bearer token is stored as a SHA-256 hex digest only. `gatewayUrls` (exact URLs) and/or
+    `gatewayHosts` (host patterns like `*.us-east.internal`, any port) pin where the cluster's
+    gateway may be; one of them is required, so a stolen agent token cannot point traffic
+    elsewhere. Loopback gateways are refused unless `allowLoopback` (local demos and tests);
+    link-local/metadata addresses and the router's own listeners are always refused.
+    """
 
     cluster_id: Annotated[str, Meta(min_length=1)]
     token_sha256: Annotated[str, Meta(pattern="^[0-9a-f]{64}$")]
+    gateway_urls: list[str] = msgspec.field(default_factory=list)
+    gateway_hosts: list[str] = msgspec.field(default_factory=list)
+    allow_loopback: bool = False
+    gateway_auth: GatewayCredential | None = None  # None: the gateway runs without auth (warned)
+
+    def __post_init__(self) -> None:
+        if not self.gateway_urls and not self.gateway_hosts:
+            raise ValueError(
+                "pin the cluster's gateway: set `gatewayUrls` (exact URLs) or `gatewayHosts` (host patterns)"
+            )
+
+
+class ReportLimits(_Base, kw_only=True):
+    """Plausibility caps: a report claiming more is refused (it could only be a bug or an attack)."""
+
+    max_headroom_per_pod: Annotated[int, Meta(ge=1)] = 1024  # headroomRequests <= readyPods x this
+    max_running_per_pod: Annotated[int, Meta(ge=1)] = 4096  # running + queued per ready pod
+    max_ready_pods: Annotated[int, Meta(ge=1)] = 100_000
+    max_models: Annotated[int, Meta(ge=1)] = 1024
+    max_adapters: Annotated[int, Meta(ge=1)] = 4096  # per model
+    max_tokens_per_second_per_pod: PositiveFloat = 1_000_000.0
 
 
 class CapacityServer(_Base, kw_only=True):
@@ -43,6 +87,7 @@ class CapacityServer(_Base, kw_only=True):
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     agents: list[AgentAuth] = msgspec.field(default_factory=list)
+    limits: ReportLimits = msgspec.field(default_factory=ReportLimits)
 
 
 class Tenant(_Base, kw_only=True):
@@ -128,4 +173,8 @@ class GlobalRouterConfig(_Base, kw_only=True):
     access_log: bool = True  # one JSON line per request on logger fleetgate.access (common/request_log.py)
     rate_limits: RateLimitSettings = msgspec.field(default_factory=RateLimitSettings)
     admin_key_sha256: Annotated[str, Meta(pattern="^[0-9a-f]{64}$")] | None = None  # POST /admin/*
-    public_status: bool = True  # False: `/` and `/fleet` need the admin key too (they show gateway URLs)
+    # `/` and `/fleet` need the admin key or a read-only key by default; True: open, without gateway URLs
+    public_status: bool = False
+    status_key_sha256: list[Annotated[str, Meta(pattern="^[0-9a-f]{64}$")]] = msgspec.field(
+        default_factory=list
+    )  # read-only keys for `/` and `/fleet` (SHA-256 hex, like tenants' keys)

@@ -38,12 +38,34 @@ YAML
 done
 
 # Secrets: one agent token per cluster and a demo API key; only their SHA-256 reach the router.
+# Each cluster also gets a router->gateway HMAC secret, held by the router and by that gateway.
 [ -f "$STATE/api-key" ] || printf 'sk-fleetgate-%s' "$(random_secret)" >"$STATE/api-key"
+[ -f "$STATE/admin-key" ] || printf 'sk-fleetgate-admin-%s' "$(random_secret)" >"$STATE/admin-key"
 for region in "${REGIONS[@]}"; do
   [ -f "$STATE/token-$region" ] || random_secret >"$STATE/token-$region"
+  [ -f "$STATE/gateway-secret-$region" ] || random_secret >"$STATE/gateway-secret-$region"
 done
 
 router_ip="$(node_ip "$ROUTER_REGION")"
+rc="$(ctx "$ROUTER_REGION")"
+
+# TLS for the capacity port: a self-signed certificate for the router node's address (agents verify
+# it as their CA). In a real cluster cert-manager issues it (capacityTls.certManager).
+command -v openssl >/dev/null 2>&1 || die "missing tool: openssl (for the capacity port's TLS certificate)"
+if [ ! -f "$STATE/capacity-tls.crt" ]; then
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 30 \
+    -subj "/CN=fleetgate-capacity" -addext "subjectAltName=IP:$router_ip" \
+    -keyout "$STATE/capacity-tls.key" -out "$STATE/capacity-tls.crt" 2>/dev/null
+fi
+kubectl --context "$rc" -n "$NAMESPACE" create secret tls fleetgate-capacity-tls \
+  --cert="$STATE/capacity-tls.crt" --key="$STATE/capacity-tls.key" --dry-run=client -o yaml |
+  kubectl --context "$rc" apply -f - >/dev/null
+gateway_secret_args=()
+for region in "${REGIONS[@]}"; do
+  gateway_secret_args+=("--from-file=$(cluster "$region")=$STATE/gateway-secret-$region")
+done
+kubectl --context "$rc" -n "$NAMESPACE" create secret generic fleetgate-router-gateway-secrets \
+  "${gateway_secret_args[@]}" --dry-run=client -o yaml | kubectl --context "$rc" apply -f - >/dev/null
 {
   cat <<YAML
 replicaCount: 1
@@ -53,6 +75,9 @@ image: {repository: ${IMAGE%:*}, tag: ${IMAGE##*:}, pullPolicy: Never}
 resources: {requests: {cpu: 100m, memory: 128Mi}, limits: {memory: 512Mi}}
 config:
   region: $ROUTER_REGION
+  adminKeySha256: "$(sha256 "$(cat "$STATE/admin-key")")"
+capacityTls: {enabled: true, secretName: fleetgate-capacity-tls}
+gatewaySecrets: {existingSecret: fleetgate-router-gateway-secrets}
 service: {type: NodePort, port: 80, nodePort: $ROUTER_HTTP_NODEPORT}
 capacityService: {type: NodePort, port: 50051, nodePort: $ROUTER_GRPC_NODEPORT}
 tenants:
@@ -62,6 +87,9 @@ agents:
 YAML
   for region in "${REGIONS[@]}"; do
     printf '  - clusterId: %s\n    tokenSha256: "%s"\n' "$(cluster "$region")" "$(sha256 "$(cat "$STATE/token-$region")")"
+    # pinned to the gateway's NodePort on its node; the router signs requests with this cluster's secret
+    printf '    gatewayUrls: ["http://%s:%s"]\n' "$(node_ip "$region")" "$GATEWAY_NODEPORT"
+    printf '    gatewayAuth: {mode: hmac, secretFile: /etc/fleetgate/gateway-secrets/%s}\n' "$(cluster "$region")"
   done
 } >"$STATE/router-values.yaml"
 log "installing the global router in $(cluster "$ROUTER_REGION")"
@@ -101,6 +129,10 @@ spec:
 YAML
   kubectl --context "$c" -n "$NAMESPACE" create secret generic fleetgate-agent-token \
     --from-file=token="$STATE/token-$region" --dry-run=client -o yaml | kubectl --context "$c" apply -f - >/dev/null
+  kubectl --context "$c" -n "$NAMESPACE" create secret generic fleetgate-gateway-auth \
+    --from-file=secret="$STATE/gateway-secret-$region" --dry-run=client -o yaml | kubectl --context "$c" apply -f - >/dev/null
+  kubectl --context "$c" -n "$NAMESPACE" create secret generic fleetgate-router-ca \
+    --from-file=ca.crt="$STATE/capacity-tls.crt" --dry-run=client -o yaml | kubectl --context "$c" apply -f - >/dev/null
   cat >"$STATE/gateway-values-$region.yaml" <<YAML
 replicaCount: 1
 podDisruptionBudget: {enabled: false}
@@ -108,6 +140,8 @@ image: {repository: ${IMAGE%:*}, tag: ${IMAGE##*:}, pullPolicy: Never}
 resources: {requests: {cpu: 100m, memory: 128Mi}, limits: {memory: 512Mi}}
 service: {type: NodePort, httpPort: 8080, nodePort: $GATEWAY_NODEPORT}
 agentToken: {existingSecret: fleetgate-agent-token, key: token}
+gatewayAuth: {existingSecret: fleetgate-gateway-auth, key: secret}
+routerCa: {existingSecret: fleetgate-router-ca, key: ca.crt}
 gateway:
   clusterId: $(cluster "$region")
   region: $region
@@ -122,6 +156,7 @@ gateway:
   globalRouter:
     address: $router_ip:$ROUTER_GRPC_NODEPORT
     tokenEnv: FLEETGATE_AGENT_TOKEN
+    tls: true
 YAML
   helm upgrade --install fleetgate-gateway "$ROOT/deploy/helm/fleetgate-cluster-gateway" \
     --kube-context "$c" -n "$NAMESPACE" -f "$STATE/gateway-values-$region.yaml" --wait --timeout 5m
@@ -130,7 +165,8 @@ done
 
 log "waiting for every cluster to report to the global router"
 for _ in $(seq 1 60); do
-  fleet="$(curl -fsS "http://127.0.0.1:$ROUTER_HOST_PORT/fleet" 2>/dev/null || true)"
+  fleet="$(curl -fsS -H "Authorization: Bearer $(cat "$STATE/admin-key")" \
+    "http://127.0.0.1:$ROUTER_HOST_PORT/fleet" 2>/dev/null || true)"
   ok=1
   for region in "${REGIONS[@]}"; do
     grep -q "\"$(cluster "$region")\"" <<<"$fleet" || ok=0
@@ -139,6 +175,7 @@ for _ in $(seq 1 60); do
     log "fleet ready"
     echo "global endpoint: http://127.0.0.1:$ROUTER_HOST_PORT"
     echo "api key file: $STATE/api-key"
+    echo "admin key file: $STATE/admin-key (GET /fleet, POST /admin/*)"
     exit 0
   fi
   sleep 2

@@ -59,25 +59,42 @@ def test_pod_spec_documents_load_in_the_simulator_cli(tmp_path: Path) -> None:
 def test_gateway_specs_link_each_cluster_to_the_router_with_its_own_token_file(tmp_path: Path) -> None:
     for plan in DEFAULT_FLEET:
         urls = [f"http://127.0.0.1:{9000 + i}" for i in range(len(plan.pods))]
-        spec = gateway_spec(plan, urls, router_capacity_address="127.0.0.1:5999", token_file=tmp_path / "t")
+        spec = gateway_spec(
+            plan,
+            urls,
+            router_capacity_address="127.0.0.1:5999",
+            token_file=tmp_path / "t",
+            gateway_secret_file=tmp_path / "s",
+        )
         assert spec.cluster_id == plan.cluster_id and spec.region == plan.region
         assert spec.global_router is not None and spec.global_router.address == "127.0.0.1:5999"
         assert spec.global_router.token_file == str(tmp_path / "t")
         assert spec.capacity.cost_per_gpu_hour == plan.cost_per_gpu_hour
         assert spec.capacity.capacity_type == plan.capacity_type
+        assert spec.auth.mode == "hmac" and spec.auth.secret_file == str(tmp_path / "s")  # auth on
         assert spec.discovery.static is not None
         assert [e.url for e in spec.discovery.static.endpoints] == urls  # type: ignore[union-attr]
     with pytest.raises(ValueError, match="pod URLs"):
         gateway_spec(
-            DEFAULT_FLEET[0], ["http://127.0.0.1:1"], router_capacity_address="x:1", token_file=tmp_path
+            DEFAULT_FLEET[0],
+            ["http://127.0.0.1:1"],
+            router_capacity_address="x:1",
+            token_file=tmp_path,
+            gateway_secret_file=tmp_path,
         )
 
 
-def test_router_config_holds_digests_only_and_two_traffic_classes() -> None:
+def test_router_config_holds_digests_only_and_two_traffic_classes(tmp_path: Path) -> None:
     keys = _keys()
-    cfg = router_config(DEFAULT_FLEET, keys)
+    cfg = router_config(DEFAULT_FLEET, keys, secret_dir=tmp_path)
     text = msgspec.json.encode(cfg).decode()
-    for secret in [keys.api_key, keys.batch_key, keys.admin_key, *keys.agent_tokens.values()]:
+    for secret in [
+        keys.api_key,
+        keys.batch_key,
+        keys.admin_key,
+        *keys.agent_tokens.values(),
+        *keys.gateway_secrets.values(),
+    ]:
         assert secret not in text
     assert "redacted" in repr(keys) and keys.api_key not in repr(keys)
     tenants = {t.name: t for t in cfg.tenants}
@@ -88,8 +105,27 @@ def test_router_config_holds_digests_only_and_two_traffic_classes() -> None:
         cid: hash_key(t) for cid, t in keys.agent_tokens.items()
     }
     assert cfg.admin_key_sha256 == hash_key(keys.admin_key)
+    for a in cfg.capacity.agents:  # pinned to loopback, allowed explicitly, gateway auth on
+        assert a.gateway_hosts == ["127.0.0.1"] and a.allow_loopback
+        assert a.gateway_auth is not None and a.gateway_auth.mode == "hmac"
+        assert a.gateway_auth.secret_file == str(tmp_path / f"{a.cluster_id}.gateway-secret")
+    assert cfg.public_status  # a browser-viewable status page, without internal URLs unless admin
     assert cfg.redis is None
-    assert router_config(DEFAULT_FLEET, keys, redis_url="redis://127.0.0.1:1/0").redis is not None
+    with_redis = router_config(DEFAULT_FLEET, keys, secret_dir=tmp_path, redis_url="redis://127.0.0.1:1/0")
+    assert with_redis.redis is not None
+
+
+def test_secret_files_are_private(tmp_path: Path) -> None:
+    keys = _keys()
+    keys.write_files(tmp_path)
+    for cid in keys.agent_tokens:
+        for name, value in (
+            (f"{cid}.token", keys.agent_tokens[cid]),
+            (f"{cid}.gateway-secret", keys.gateway_secrets[cid]),
+        ):
+            path = tmp_path / name
+            assert path.read_text().strip() == value
+            assert path.stat().st_mode & 0o077 == 0
 
 
 def test_secrets_are_fresh_every_run() -> None:
@@ -107,6 +143,11 @@ def test_header_starts_with_the_endpoint_then_the_key() -> None:
     text = "\n".join(lines)
     assert "curl" in text and "from openai import OpenAI" in text and "/fleet" in text
     assert all(t not in text for t in keys.agent_tokens.values())
+    assert all(t not in text for t in keys.gateway_secrets.values())
+    # the printed examples show that a gateway bypassing the router answers 401
+    direct = next(line for line in lines if f"curl -si {gws[DEFAULT_FLEET[0].cluster_id]}/v1/chat" in line)
+    assert "authorization" not in direct
+    assert "401" in text
     assert all(a in text for a in adapters_of(DEFAULT_FLEET))
 
 
@@ -142,5 +183,11 @@ def test_each_cluster_quotes_its_hardware_speed_before_serving(tmp_path: Path) -
     assert slow["prefillMs"] == pytest.approx(2 * l4["prefillMs"], rel=0.01)
     plan = by_id["ap-south-1"]
     urls = [f"http://127.0.0.1:{9000 + i}" for i in range(len(plan.pods))]
-    spec = gateway_spec(plan, urls, router_capacity_address="127.0.0.1:5999", token_file=tmp_path / "t")
+    spec = gateway_spec(
+        plan,
+        urls,
+        router_capacity_address="127.0.0.1:5999",
+        token_file=tmp_path / "t",
+        gateway_secret_file=tmp_path,
+    )
     assert spec.capacity.pod_performance.prefill_ms == l4["prefillMs"]

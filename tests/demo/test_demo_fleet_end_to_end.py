@@ -4,6 +4,7 @@ three clusters, a live summary, and a stop (signal or a dead child) that leaves 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import time
@@ -41,6 +42,17 @@ def _started(demo: DemoProcess) -> tuple[str, str]:
     k = KEY_LINE.match(demo.next_line(5))
     assert k, demo.seen
     return m.group(1), k.group(1)
+
+
+DIRECT_EXAMPLE = r"curl -si \S+/v1/chat/completions -H"
+
+
+def _admin_headers(demo: DemoProcess) -> dict[str, str]:
+    """`/fleet` shows gateway URLs only with the admin key, which the demo prints in its header."""
+    line = next((ln for ln in demo.seen if ln.startswith("admin key: ")), None) or demo.wait_for_line(
+        r"^admin key: ", 5
+    )
+    return {"authorization": f"Bearer {line.split()[2]}"}
 
 
 def test_demo_routes_openai_traffic_and_load_and_sigterm_stops_everything(tmp_path: Path) -> None:
@@ -86,7 +98,9 @@ def test_demo_routes_openai_traffic_and_load_and_sigterm_stops_everything(tmp_pa
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=f"{url}/v1", api_key="sk-wrong", max_retries=0).models.list()
 
-        fleet = httpx.get(f"{url}/fleet", timeout=5).json()
+        public = httpx.get(f"{url}/fleet", timeout=5).json()  # the public view: no internal URLs
+        assert public["clusters"] and all("gateway_url" not in c for c in public["clusters"])
+        fleet = httpx.get(f"{url}/fleet", headers=_admin_headers(demo), timeout=5).json()
         by_id = {c["id"]: c for c in fleet["clusters"]}
         assert set(by_id) == set(CLUSTERS)
         for cid, c in by_id.items():
@@ -94,6 +108,17 @@ def test_demo_routes_openai_traffic_and_load_and_sigterm_stops_everything(tmp_pa
             assert c["models"][BASE_MODEL]["ready_pods"] == CLUSTERS[cid], c
         assert sum(c["requests_total"] for c in by_id.values()) >= 3
         gateways = [c["gateway_url"] for c in by_id.values()]
+        # the printed example: straight to a gateway, bypassing the router, is refused with 401
+        example = next((ln for ln in demo.seen if re.search(DIRECT_EXAMPLE, ln)), None) or demo.wait_for_line(
+            DIRECT_EXAMPLE, 5
+        )
+        direct_url = example.split()[2]
+        assert direct_url.removesuffix("/v1/chat/completions") in gateways
+        body = {"model": BASE_MODEL, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 8}
+        direct = httpx.post(direct_url, json=body, timeout=10)
+        assert direct.status_code == 401 and direct.json()["error"]["code"] == "invalid_api_key"
+        direct = httpx.post(direct_url, json=body, headers={"authorization": f"Bearer {key}"}, timeout=10)
+        assert direct.status_code == 401  # the router's API key is not a gateway credential
 
         # Not a TTY: compact summary lines, every pod counted.
         line = demo.wait_for_line(r"us-east-1 \d/3 ready", 15)
@@ -137,7 +162,7 @@ def test_sigint_with_no_live_and_redis_prints_only_the_header_and_exits_zero(
     try:
         url, _ = _started(demo)
         sims = demo.sim_children()
-        fleet = httpx.get(f"{url}/fleet", timeout=5).json()
+        fleet = httpx.get(f"{url}/fleet", headers=_admin_headers(demo), timeout=5).json()
         assert fleet["router"]["fleet_view"] == "redis"
         assert {c["id"] for c in fleet["clusters"] if c["fresh"]} == set(CLUSTERS)
         time.sleep(2.5)  # a summary line would be due by now without --no-live

@@ -19,6 +19,9 @@ from tests.deploy.k8s_schema import validator
 
 TEMPLATES = {
     "_helpers.tpl",
+    "_security.tpl",
+    "networkpolicy.yaml",
+    "secret-gateway-auth.yaml",
     "NOTES.txt",
     "configmap.yaml",
     "deployment.yaml",
@@ -46,7 +49,10 @@ LEAST_PRIVILEGE = [
         "verbs": ["get", "update", "patch"],
     },
 ]
-TOKEN = {"agentToken": {"existingSecret": "agent-token", "key": "token"}}
+TOKEN = {
+    "agentToken": {"existingSecret": "agent-token", "key": "token"},
+    "gatewayAuth": {"existingSecret": "gateway-auth"},  # joining a fleet needs the router's credential
+}
 ROUTER_LINK = {"globalRouter": {"address": "router.example.internal:50051"}}
 
 
@@ -213,6 +219,7 @@ def test_default_render_kinds_and_hardened_pod() -> None:
             "ConfigMap",
             "Deployment",
             "FleetgateGateway",
+            "NetworkPolicy",
             "PodDisruptionBudget",
             "Role",
             "RoleBinding",
@@ -313,7 +320,12 @@ def test_agent_token_comes_from_a_secret_never_from_the_config() -> None:
 
 def test_trial_token_value_creates_the_secret() -> None:
     docs = render(
-        GATEWAY_CHART, {**_gateway_values(**ROUTER_LINK), "agentToken": {"value": "s3cret", "key": "token"}}
+        GATEWAY_CHART,
+        {
+            **_gateway_values(**ROUTER_LINK),
+            "agentToken": {"value": "s3cret", "key": "token"},
+            "gatewayAuth": {"existingSecret": "gateway-auth"},
+        },
     )
     secret = one(docs, "Secret")
     assert secret["data"]["token"] == "czNjcmV0"

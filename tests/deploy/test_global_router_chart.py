@@ -22,6 +22,9 @@ from tests.deploy.charts import ROOT, ROUTER_CHART, RenderError, kinds, lint, no
 
 TEMPLATES = {
     "_helpers.tpl",
+    "_security.tpl",
+    "certificate.yaml",
+    "networkpolicy.yaml",
     "NOTES.txt",
     "configmap.yaml",
     "deployment.yaml",
@@ -40,7 +43,13 @@ HA_VALUES: dict[str, Any] = {
     "autoscaling": {"enabled": True, "minReplicas": 2, "maxReplicas": 6},
     "redis": {"existingSecret": "router-redis", "key": "url"},
     "tenants": [{"name": "team-a", "apiKeySha256": [KEY_HASH], "requestsPerMinute": 600}],
-    "agents": [{"clusterId": "us-east-1", "tokenSha256": TOKEN_HASH}],
+    "agents": [
+        {
+            "clusterId": "us-east-1",
+            "tokenSha256": TOKEN_HASH,
+            "gatewayUrls": ["https://gw.us-east-1.internal:8080"],
+        }
+    ],
 }
 
 
@@ -120,6 +129,7 @@ def test_default_render_is_a_single_replica_without_redis() -> None:
         [
             "ConfigMap",
             "Deployment",
+            "NetworkPolicy",
             "Secret",
             "Secret",
             "Service",

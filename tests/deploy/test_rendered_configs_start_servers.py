@@ -66,7 +66,16 @@ def test_gateway_runs_the_config_the_chart_renders(tmp_path: Path) -> None:
 
 def test_router_runs_the_config_its_init_container_assembles(tmp_path: Path) -> None:
     values = {
-        "agents": [{"clusterId": "c1", "tokenSha256": hashlib.sha256(b"t").hexdigest()}],
+        "agents": [
+            {
+                "clusterId": "c1",
+                "tokenSha256": hashlib.sha256(b"t").hexdigest(),
+                "gatewayHosts": ["gw.c1.internal"],
+            }
+        ],
+        "capacityTls": {
+            "enabled": False
+        },  # no certificate on this machine (tests/deploy checks the TLS render)
         "tenants": [{"name": "a", "apiKeySha256": [hashlib.sha256(b"k").hexdigest()]}],
     }
     docs = render(ROUTER_CHART, values)

@@ -184,6 +184,11 @@ def test_spec_built_by_terraform_is_a_valid_gateway_config_cr_and_chart_value(tm
     assert list(validator(crd_schema).iter_errors(cr)) == []
 
     if have_renderer():
-        docs = render(GATEWAY_CHART, {"gateway": spec_data, "agentToken": {"existingSecret": "t"}})
+        values = {
+            "gateway": spec_data,
+            "agentToken": {"existingSecret": "t"},
+            "gatewayAuth": {"existingSecret": "a"},
+        }
+        docs = render(GATEWAY_CHART, values)
         rendered = yaml.safe_load(one(docs, "ConfigMap")["data"]["gateway.yaml"])
         assert rendered["globalRouter"] == spec_data["globalRouter"]

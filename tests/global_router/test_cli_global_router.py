@@ -43,7 +43,10 @@ def test_bad_config_exits_2_naming_the_field(tmp_path: Path) -> None:
 
 def test_serves_logs_bound_addresses_and_stops_on_sigterm(tmp_path: Path) -> None:
     cfg = tmp_path / "router.yaml"
-    cfg.write_text(f"allowAnonymous: true\ntenants:\n  - name: a\n    apiKeySha256: [{hash_key('sk-x')}]\n")
+    cfg.write_text(
+        f"allowAnonymous: true\nadminKeySha256: {hash_key('adm')}\n"
+        f"tenants:\n  - name: a\n    apiKeySha256: [{hash_key('sk-x')}]\n"
+    )
     proc = subprocess.Popen(
         [*CMD, "--config", str(cfg), "--port", "0", "--grpc-port", "0", "--log-format", "text"],
         stderr=subprocess.PIPE,
@@ -66,7 +69,8 @@ def test_serves_logs_bound_addresses_and_stops_on_sigterm(tmp_path: Path) -> Non
         assert url is not None and grpc_line is not None
         health = httpx.get(f"{url}/health", timeout=5).json()
         assert health["status"] == "ok" and health["rate_limiter"] == "local"
-        fleet = httpx.get(f"{url}/fleet", timeout=5).json()
+        assert httpx.get(f"{url}/fleet", timeout=5).status_code == 401  # private by default
+        fleet = httpx.get(f"{url}/fleet", headers={"authorization": "Bearer adm"}, timeout=5).json()
         assert fleet["clusters"] == [] and json.dumps(fleet)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0

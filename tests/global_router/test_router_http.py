@@ -93,7 +93,7 @@ async def test_failover_on_5xx_and_refused_then_ejection() -> None:
         for _ in range(3):
             r = await h.client.post("/v1/chat/completions", json=CHAT, headers=h.headers())
             assert r.status_code == 200 and r.headers["x-fleetgate-cluster"] == "good"
-        fleet = (await h.client.get("/fleet")).json()
+        fleet = (await h.client.get("/fleet", headers=h.headers(ADMIN_KEY))).json()
         by_id = {c["id"]: c for c in fleet["clusters"]}
         assert by_id["bad"]["ejected_for_s"] > 0 and by_id["dead"]["ejected_for_s"] > 0
         calls = len(h.gateways["bad"].requests)
@@ -146,11 +146,11 @@ async def test_models_fleet_status_and_health() -> None:
         assert r.status_code == 200 and r.json()["id"] == MODEL
         r = await h.client.get("/v1/models/m-stale", headers=h.headers())
         assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
-        fleet = (await h.client.get("/fleet")).json()
+        fleet = (await h.client.get("/fleet", headers=h.headers(ADMIN_KEY))).json()
         assert {c["id"]: c["fresh"] for c in fleet["clusters"]} == {"a": True, "b": True, "old": False}
         assert fleet["router"]["rate_limiter"] == "local"
         assert set(fleet["regions"]) == {"us"}
-        page = await h.client.get("/")
+        page = await h.client.get("/", headers=h.headers(ADMIN_KEY))
         assert page.status_code == 200 and 'http-equiv="refresh"' in page.text and "sql-lora" not in page.text
         assert ">a<" in page.text and "stale" in page.text
         assert (await h.client.get("/health")).json()["status"] == "ok"
@@ -213,7 +213,7 @@ async def test_gateway_404_from_stale_catalogue_fails_over() -> None:
 
 
 async def test_private_status_needs_the_admin_key() -> None:
-    async with harness(["a"], router_config(publicStatus=False)) as h:
+    async with harness(["a"], router_config()) as h:  # private is the default
         await h.publish("a")
         assert (await h.client.get("/fleet")).status_code == 401
         assert (await h.client.get("/", headers=h.headers())).status_code == 401

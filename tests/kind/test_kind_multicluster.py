@@ -36,6 +36,11 @@ def test_up_creates_the_three_regions_and_wires_agents() -> None:
     assert 'args: [sim, --pods, "1", --base-port, "8000"' in up
     assert "inference.networking.k8s.io/engine-type: vllm" in up
     assert "tokenSha256" in up and "existingSecret: fleetgate-agent-token" in up
+    # trust boundaries: gateway auth on, pinned gateway URLs, TLS on the capacity port, private /fleet
+    assert "gatewayAuth: {existingSecret: fleetgate-gateway-auth" in up and "gatewayUrls" in up
+    assert "capacityTls: {enabled: true" in up and "tls: true" in up and "adminKeySha256" in up
+    smoke = (KIND / "smoke.sh").read_text()
+    assert '[ "$code" = 401 ]' in smoke
 
 
 def _missing() -> str | None:

@@ -87,6 +87,15 @@ module "router" {
   tenants          = var.tenants
   agents           = module.wiring.agents
   capacity_service = { type = "LoadBalancer", annotations = var.internal_lb_annotations }
+  # HTTPS for clients: the NLB terminates TLS with an ACM certificate and forwards to the router
+  service = {
+    type = "LoadBalancer"
+    port = 443
+    annotations = merge(var.public_lb_annotations, {
+      "service.beta.kubernetes.io/aws-load-balancer-ssl-cert"  = var.router_certificate_arn
+      "service.beta.kubernetes.io/aws-load-balancer-ssl-ports" = "443"
+    })
+  }
 }
 
 module "gateway_us" {
@@ -138,8 +147,8 @@ module "gateway_ap" {
 # More router regions later = one more record with its own set_identifier and region.
 resource "aws_route53_health_check" "router" {
   fqdn              = module.router.endpoint_host
-  port              = 80
-  type              = "HTTP"
+  port              = 443
+  type              = "HTTPS"
   resource_path     = "/health"
   failure_threshold = 3
   request_interval  = 10
@@ -158,4 +167,13 @@ resource "aws_route53_record" "global" {
   latency_routing_policy {
     region = var.dns.aws_region
   }
+}
+
+# The name agents dial for the capacity port (the capacity certificate is issued for it).
+resource "aws_route53_record" "capacity" {
+  zone_id = var.dns.zone_id
+  name    = var.capacity_dns_name
+  type    = "CNAME"
+  ttl     = var.dns.ttl
+  records = [split(":", module.router.capacity_address)[0]]
 }

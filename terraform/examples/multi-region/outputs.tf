@@ -1,6 +1,6 @@
 output "global_endpoint" {
   description = "The OpenAI-compatible endpoint clients use (base_url = this + /v1)."
-  value       = "http://${aws_route53_record.global.fqdn}"
+  value       = "https://${aws_route53_record.global.fqdn}"
 }
 
 output "router_endpoint" {

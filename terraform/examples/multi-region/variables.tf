@@ -62,12 +62,49 @@ variable "redis_url" {
 }
 
 variable "internal_lb_annotations" {
-  description = "Service annotations that make a load balancer internal (cloud-specific); used for the gateways and the capacity port."
+  description = "Service annotations that make a load balancer internal; used for the gateways and the capacity port. Assumes the AWS Load Balancer Controller (v2.4+; the in-tree controller skips `type: external`); `aws-load-balancer-internal` keeps it internal should the in-tree controller handle it instead."
   type        = map(string)
   default = {
-    "service.beta.kubernetes.io/aws-load-balancer-scheme" = "internal"
-    "service.beta.kubernetes.io/aws-load-balancer-type"   = "nlb"
+    "service.beta.kubernetes.io/aws-load-balancer-type"            = "external"
+    "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type" = "ip"
+    "service.beta.kubernetes.io/aws-load-balancer-scheme"          = "internal"
+    "service.beta.kubernetes.io/aws-load-balancer-internal"        = "true"
   }
+}
+
+variable "public_lb_annotations" {
+  description = "Service annotations of the router's public load balancer (AWS Load Balancer Controller NLB); the example adds the ACM certificate for HTTPS."
+  type        = map(string)
+  default = {
+    "service.beta.kubernetes.io/aws-load-balancer-type"            = "external"
+    "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type" = "ip"
+    "service.beta.kubernetes.io/aws-load-balancer-scheme"          = "internet-facing"
+  }
+}
+
+variable "router_certificate_arn" {
+  description = "ACM certificate (covering dns.name) the router's load balancer terminates HTTPS with."
+  type        = string
+  validation {
+    condition     = can(regex("^arn:aws[a-z-]*:acm:", var.router_certificate_arn))
+    error_message = "router_certificate_arn must be an ACM certificate ARN."
+  }
+}
+
+variable "capacity_dns_name" {
+  description = "DNS name agents dial for the router's capacity port (point it at the capacity load balancer); the TLS certificate is issued for it."
+  type        = string
+}
+
+variable "capacity_tls_issuer" {
+  description = "cert-manager ClusterIssuer (installed in the router's cluster) that issues the capacity port's certificate."
+  type        = string
+}
+
+variable "router_ca_secret" {
+  description = "Secret (key ca.crt) in each gateway namespace with the CA of that issuer, so agents verify the router; empty for a public CA."
+  type        = string
+  default     = ""
 }
 
 variable "dns" {

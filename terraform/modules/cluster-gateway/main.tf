@@ -2,7 +2,8 @@ locals {
   chart            = coalesce(var.chart, "${path.module}/../../../deploy/helm/fleetgate-cluster-gateway")
   token_secret     = "${var.release_name}-agent-token"
   router_address   = try(nonsensitive(var.global_router.address), null)
-  router_tls       = try(nonsensitive(var.global_router.tls), false)
+  router_tls       = try(nonsensitive(var.global_router.tls), true)
+  auth_secret      = "${var.release_name}-gateway-auth"
   reports_to_route = local.router_address != null
 
   # The chart's pod selector (fullnameOverride = release_name, no nameOverride).
@@ -76,6 +77,18 @@ resource "kubernetes_secret_v1" "agent_token" {
   depends_on = [kubernetes_namespace_v1.this]
 }
 
+# The router -> gateway HMAC secret of this cluster (the router holds the same one): with it the
+# gateway serves only requests the global router signed (docs/security.md).
+resource "kubernetes_secret_v1" "gateway_auth" {
+  count = local.reports_to_route ? 1 : 0
+  metadata {
+    name      = local.auth_secret
+    namespace = var.namespace
+  }
+  data       = { secret = var.global_router.gateway_secret }
+  depends_on = [kubernetes_namespace_v1.this]
+}
+
 resource "helm_release" "this" {
   name             = var.release_name
   namespace        = var.namespace
@@ -95,6 +108,8 @@ resource "helm_release" "this" {
     replicaCount     = var.replicas
     gateway          = module.spec.spec
     agentToken       = { existingSecret = local.reports_to_route ? local.token_secret : "", key = "token" }
+    gatewayAuth      = { existingSecret = local.reports_to_route ? local.auth_secret : "", key = "secret" }
+    routerCa         = { existingSecret = var.router_ca_secret, key = "ca.crt" }
     service          = { type = var.service.type, annotations = var.service.annotations }
     inferenceGateway = {
       enabled   = var.inference_gateway.enabled

@@ -102,11 +102,12 @@ variable "inference_gateway" {
 }
 
 variable "global_router" {
-  description = "The global router this cluster reports to (capacity address host:port and this cluster's agent token); null for standalone."
+  description = "The global router this cluster reports to: capacity address host:port, this cluster's agent token, and the router->gateway HMAC secret the router signs requests with; null for standalone."
   type = object({
-    address = string
-    token   = string
-    tls     = optional(bool, false)
+    address        = string
+    token          = string
+    gateway_secret = string
+    tls            = optional(bool, true)
   })
   default   = null
   sensitive = true
@@ -173,4 +174,10 @@ variable "extra_values" {
   description = "More chart values as YAML documents, applied after the module's own."
   type        = list(string)
   default     = []
+}
+
+variable "router_ca_secret" {
+  description = "Name of a Secret (key ca.crt) with the CA that signed the router's capacity certificate; empty for a publicly trusted certificate."
+  type        = string
+  default     = ""
 }

@@ -97,9 +97,9 @@ variable "global_router_address" {
 }
 
 variable "global_router_tls" {
-  description = "Use TLS for the capacity stream to the global router."
+  description = "Use TLS for the capacity stream to the global router (on by default: the agent token crosses regions)."
   type        = bool
-  default     = false
+  default     = true
 }
 
 variable "capacity" {

@@ -17,7 +17,25 @@ locals {
     },
     t.allowed_models == null ? {} : { allowedModels = t.allowed_models },
   )]
-  agents = [for id, hash in var.agents : { clusterId = id, tokenSha256 = hash }]
+  gateway_secrets_secret = "${var.release_name}-gateway-secrets"
+  signs_requests         = length(nonsensitive(keys(var.gateway_secrets))) > 0
+  # each agent pinned to its gateway URL(s); the router signs requests to it with the cluster's secret
+  agents = [for id, hash in var.agents : merge(
+    { clusterId = id, tokenSha256 = hash, gatewayUrls = try(var.gateway_urls[id], []) },
+    contains(nonsensitive(keys(var.gateway_secrets)), id) ? {
+      gatewayAuth = { mode = "hmac", secretFile = "/etc/fleetgate/gateway-secrets/${id}" }
+    } : {},
+  )]
+}
+
+resource "kubernetes_secret_v1" "gateway_secrets" {
+  count = local.signs_requests ? 1 : 0
+  metadata {
+    name      = local.gateway_secrets_secret
+    namespace = var.namespace
+  }
+  data       = var.gateway_secrets
+  depends_on = [kubernetes_namespace_v1.this]
 }
 
 resource "kubernetes_namespace_v1" "this" {
@@ -67,11 +85,28 @@ resource "helm_release" "this" {
       key            = "url"
       deploy         = { enabled = local.redis_trial }
     }
-    service         = { type = var.service.type, annotations = var.service.annotations, port = 80 }
+    service        = { type = var.service.type, annotations = var.service.annotations, port = var.service.port }
+    gatewaySecrets = { existingSecret = local.signs_requests ? local.gateway_secrets_secret : "" }
+    capacityTls = {
+      enabled    = var.capacity_tls.enabled
+      secretName = var.capacity_tls.secret_name
+      certManager = {
+        enabled   = var.capacity_tls.cert_manager_issuer != ""
+        issuerRef = { name = var.capacity_tls.cert_manager_issuer, kind = var.capacity_tls.cert_manager_issuer_kind, group = "cert-manager.io" }
+        dnsNames  = var.capacity_tls.dns_names
+      }
+    }
     capacityService = { type = var.capacity_service.type, annotations = var.capacity_service.annotations, port = 50051 }
   })], var.extra_values)
 
-  depends_on = [kubernetes_namespace_v1.this, kubernetes_secret_v1.redis]
+  depends_on = [kubernetes_namespace_v1.this, kubernetes_secret_v1.redis, kubernetes_secret_v1.gateway_secrets]
+
+  lifecycle {
+    precondition {
+      condition     = alltrue([for id in keys(var.agents) : length(try(var.gateway_urls[id], [])) > 0])
+      error_message = "every agent needs its gateway pinned: set gateway_urls[cluster id] (a stolen agent token must not redirect traffic)."
+    }
+  }
 }
 
 data "kubernetes_service_v1" "http" {

@@ -1,6 +1,6 @@
 output "endpoint" {
   description = "The global OpenAI-compatible endpoint (load balancer address; in-cluster URL when there is none)."
-  value       = local.http_host != "" ? "http://${local.http_host}" : "http://${var.release_name}.${var.namespace}.svc"
+  value       = "${var.service.port == 443 ? "https" : "http"}://${local.http_host != "" ? local.http_host : "${var.release_name}.${var.namespace}.svc"}"
 }
 
 output "endpoint_host" {

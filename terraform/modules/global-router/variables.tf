@@ -111,10 +111,11 @@ variable "tenants" {
 }
 
 variable "service" {
-  description = "Service of the OpenAI-compatible endpoint (LoadBalancer to put the global DNS record on it)."
+  description = "Service of the OpenAI-compatible endpoint (LoadBalancer to put the global DNS record on it); port 443 with TLS-terminating annotations for HTTPS."
   type = object({
     type        = optional(string, "LoadBalancer")
     annotations = optional(map(string), {})
+    port        = optional(number, 80)
   })
   default = {}
 }
@@ -138,4 +139,33 @@ variable "extra_values" {
   description = "More chart values as YAML documents, applied after the module's own."
   type        = list(string)
   default     = []
+}
+
+variable "gateway_urls" {
+  description = "Cluster id -> the gateway URL(s) its capacity reports may name (pinned: any other URL is refused). Every agent needs one."
+  type        = map(list(string))
+  default     = {}
+  validation {
+    condition     = alltrue([for urls in values(var.gateway_urls) : length(urls) > 0 && alltrue([for u in urls : can(regex("^https?://[^/@?#]+", u))])])
+    error_message = "gateway_urls values must be non-empty lists of http(s) URLs without user info."
+  }
+}
+
+variable "gateway_secrets" {
+  description = "Cluster id -> the router->gateway HMAC secret the router signs that cluster's requests with (its gateway holds the same)."
+  type        = map(string)
+  default     = {}
+  sensitive   = true
+}
+
+variable "capacity_tls" {
+  description = "TLS on the agents' capacity port: a kubernetes.io/tls Secret (secret_name, default <release>-capacity-tls), issued by cert-manager when cert_manager_issuer is set."
+  type = object({
+    enabled                  = optional(bool, true)
+    secret_name              = optional(string, "")
+    cert_manager_issuer      = optional(string, "")
+    cert_manager_issuer_kind = optional(string, "ClusterIssuer")
+    dns_names                = optional(list(string), [])
+  })
+  default = {}
 }

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import grpc
 import pytest
 
+from cluster_gateway.auth import GatewayAuthenticator
 from cluster_gateway.extproc.server import ExtProcServer, PickerService
 from cluster_gateway.observability import GatewayMetrics
 from cluster_gateway.pool import Endpoint, EndpointPool, PodMetrics
@@ -52,6 +53,7 @@ async def start_picker(
     admission: Admission | None = None,
     fallbacks: int = 2,
     credentials: grpc.ServerCredentials | None = None,
+    auth: GatewayAuthenticator | None = None,
 ) -> tuple[Picker, ExtProcServer]:
     adm = admission or Admission()
     metrics = GatewayMetrics()
@@ -59,7 +61,12 @@ async def start_picker(
     queue: AdmissionQueue[ScheduleResult] = AdmissionQueue(adm.queue_size, adm.queue_timeout_ms / 1000)
     dispatcher = Dispatcher(pool, sched, queue, metrics)
     service = PickerService(
-        pool, dispatcher, metrics, ExtProc(enabled=True, fallback_endpoints=fallbacks), max_body_bytes=4096
+        pool,
+        dispatcher,
+        metrics,
+        ExtProc(enabled=True, fallback_endpoints=fallbacks),
+        max_body_bytes=4096,
+        auth=auth,
     )
     server = ExtProcServer(service, credentials)
     port = await server.start("127.0.0.1", 0)

@@ -20,12 +20,16 @@ from tests.agent.pools import add_pod, make_spec
 
 TOKEN_A = "agent-a-token-1234"
 TOKEN_B = "agent-b-token-5678"
+# where these tests' gateways live: the sample reports' host, and loopback agents (explicitly allowed)
+PINNED_HOSTS = ["gw.example", "*.example", "127.0.0.1"]
 
 
 def server_config(port: int = 0, *, interval_ms: int = 1000, **kw: Any) -> CapacityServerConfig:
     agents = [
-        AgentAuth(cluster_id="c-a", token_sha256=hash_token(TOKEN_A)),
-        AgentAuth(cluster_id="c-b", token_sha256=hash_token(TOKEN_B)),
+        AgentAuth(
+            cluster_id=cid, token_sha256=hash_token(tok), gateway_hosts=PINNED_HOSTS, allow_loopback=True
+        )
+        for cid, tok in (("c-a", TOKEN_A), ("c-b", TOKEN_B))
     ]
     return CapacityServerConfig(
         host="127.0.0.1", port=port, report_interval_ms=interval_ms, agents=agents, **kw

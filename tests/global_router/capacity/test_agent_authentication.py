@@ -97,9 +97,9 @@ def test_bearer_parsing_is_case_insensitive_and_strict() -> None:
 def test_authenticator_maps_tokens_to_clusters_and_rejects_unknown() -> None:
     auth = AgentAuthenticator(
         [
-            AgentAuth(cluster_id="a", token_sha256=hash_token("t1")),
-            AgentAuth(cluster_id="a", token_sha256=hash_token("t1-rotated")),
-            AgentAuth(cluster_id="b", token_sha256=hash_token("t2")),
+            AgentAuth(cluster_id="a", token_sha256=hash_token("t1"), gateway_hosts=["*"]),
+            AgentAuth(cluster_id="a", token_sha256=hash_token("t1-rotated"), gateway_hosts=["*"]),
+            AgentAuth(cluster_id="b", token_sha256=hash_token("t2"), gateway_hosts=["*"]),
         ]
     )
     assert auth.authenticate([("authorization", "Bearer t1")]) == "a"
@@ -113,7 +113,7 @@ def test_one_token_bound_to_two_clusters_is_a_config_error() -> None:
     with pytest.raises(ValueError, match=r"capacity\.agents\[1\]\.tokenSha256"):
         AgentAuthenticator(
             [
-                AgentAuth(cluster_id="a", token_sha256=hash_token("same")),
-                AgentAuth(cluster_id="b", token_sha256=hash_token("same")),
+                AgentAuth(cluster_id="a", token_sha256=hash_token("same"), gateway_hosts=["*"]),
+                AgentAuth(cluster_id="b", token_sha256=hash_token("same"), gateway_hosts=["*"]),
             ]
         )

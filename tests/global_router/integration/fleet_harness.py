@@ -4,6 +4,8 @@ and global router replicas (optionally sharing a real redis-server)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +23,8 @@ from modelsim.fleet import PodSpec, SimFleet
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 KEY = "sk-int-interactive"
 BATCH_KEY = "sk-int-batch"
+ADMIN_KEY = "sk-int-admin"
+ADMIN_HEADERS = {"authorization": f"Bearer {ADMIN_KEY}"}
 
 
 @dataclass
@@ -44,6 +48,24 @@ def agent_token(cluster_id: str) -> str:
     return f"agent-token-{cluster_id}"
 
 
+def gateway_secret_env(cluster_id: str) -> str:
+    """The env variable holding the cluster's router→gateway HMAC secret (set on first use)."""
+    name = "FLEETGATE_TEST_GW_SECRET_" + re.sub(r"[^A-Za-z0-9]", "_", cluster_id).upper()
+    os.environ.setdefault(name, f"gateway-secret-for-{cluster_id}-0123456789")
+    return name
+
+
+def agent_entry(cluster_id: str) -> dict[str, Any]:
+    """A router's agent entry: token, pinned loopback gateway (explicitly allowed), HMAC credential."""
+    return {
+        "clusterId": cluster_id,
+        "tokenSha256": hash_key(agent_token(cluster_id)),
+        "gatewayHosts": ["127.0.0.1"],
+        "allowLoopback": True,
+        "gatewayAuth": {"mode": "hmac", "secretEnv": gateway_secret_env(cluster_id)},
+    }
+
+
 def router_config(
     clusters: list[str],
     *,
@@ -56,7 +78,7 @@ def router_config(
         "capacity": {
             "reportIntervalMs": 200,
             "staleAfterS": 1.5,
-            "agents": [{"clusterId": c, "tokenSha256": hash_key(agent_token(c))} for c in clusters],
+            "agents": [agent_entry(c) for c in clusters],
         },
         "tenants": [
             {"name": "web", "apiKeySha256": [hash_key(KEY)]},
@@ -64,6 +86,7 @@ def router_config(
             *(tenants or []),
         ],
         "failover": {"ejectAfterFailures": 2, "ejectBaseS": 5, "connectTimeoutS": 1.0},
+        "adminKeySha256": hash_key(ADMIN_KEY),
     }
     if redis_url is not None:
         data["redis"] = {"url": redis_url, "reportTtlS": 5, "failMode": fail_mode, "localShare": 0.5}
@@ -105,6 +128,7 @@ async def start_cluster(
                 "reportIntervalMs": 200,
             },
             "capacity": {"costPerGpuHour": cost, "capacityType": capacity_type, "draining": draining},
+            "auth": {"mode": "hmac", "secretEnv": gateway_secret_env(cluster_id)},
         },
         GatewaySpec,
     )

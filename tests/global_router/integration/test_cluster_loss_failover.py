@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from tests.global_router.integration.fleet_harness import (
+    ADMIN_HEADERS,
     KEY,
     MODEL,
     fresh_ready,
@@ -61,7 +62,7 @@ async def test_killing_a_cluster_mid_load_loses_nothing(tmp_path: Path) -> None:
         after = [c for t, _, c in results if t > killed_at + 2.0]
         assert after and set(after) == {"survivor"}, "traffic did not move within 2 s"
         async with httpx.AsyncClient() as client:
-            fleet = (await client.get(f"{router.url}/fleet")).json()
+            fleet = (await client.get(f"{router.url}/fleet", headers=ADMIN_HEADERS)).json()
         doomed_view = next(c for c in fleet["clusters"] if c["id"] == "doomed")
         assert not doomed_view["fresh"] or doomed_view["ejected_for_s"] > 0
     finally:

@@ -109,6 +109,8 @@ InferencePool this chart creates). Rendered once, used by the ConfigMap, the CR 
 {{- fail "gateway.globalRouter is set: give the agent token with agentToken.existingSecret (or agentToken.value for trials)" -}}
 {{- end -}}
 {{- end -}}
+{{- include "fgw.applyAuth" (dict "spec" $spec "root" .) -}}
+{{- include "fgw.applyRouterTls" (dict "spec" $spec "root" .) -}}
 {{- toYaml $spec -}}
 {{- end -}}
 

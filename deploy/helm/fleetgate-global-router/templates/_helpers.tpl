@@ -104,6 +104,7 @@ after a rotation rolls the pods; the Reloader annotation does it without an upgr
 {{- $cap := default dict $cfg.capacity -}}
 {{- $_ := set $cap "host" "0.0.0.0" -}}
 {{- $_ := set $cap "port" (int .Values.ports.grpc) -}}
+{{- include "fgr.applyCapacityTls" (dict "cap" $cap "root" .) -}}
 {{- $_ := set $cfg "capacity" $cap -}}
 {{- $replicas := ternary .Values.autoscaling.maxReplicas .Values.replicaCount .Values.autoscaling.enabled -}}
 {{- if and (gt (int $replicas) 1) (not (include "fgr.redisEnabled" .)) -}}
@@ -134,6 +135,7 @@ capabilities:
   mountPath: /run/fleetgate
 - name: tmp
   mountPath: /tmp
+{{- include "fgr.securityVolumeMounts" . }}
 {{- end -}}
 
 {{/* The Redis URL reaches only the init container, from a Secret (or the trial Redis's Service). */}}
@@ -147,7 +149,10 @@ env:
         key: {{ .Values.redis.key }}
 {{- else if .Values.redis.deploy.enabled -}}
 env:
-  - name: FLEETGATE_REDIS_URL
-    value: {{ printf "redis://%s-redis:6379/0" (include "fgr.fullname" .) | quote }}
+  - name: FLEETGATE_REDIS_URL  # the trial Redis's URL with its generated password (redis.yaml)
+    valueFrom:
+      secretKeyRef:
+        name: {{ include "fgr.redisAuthSecret" . }}
+        key: url
 {{- end -}}
 {{- end -}}

@@ -14,9 +14,10 @@ from common.plugins import param
 
 
 class PrefixIndexPlugin(PluginBase):
-    """Where this gateway sent each prompt prefix: an LRU set of block hashes per pod, updated on
-    every dispatch and pruned when pods leave. Scores nothing itself; `prefix` and `prefix_raw` read
-    it (one shared instance, so a dispatch is recorded once).
+    """Where this gateway sent each prompt prefix (the approximate prefix index); scores nothing itself.
+
+    An LRU set of block hashes per pod, updated on every dispatch and pruned when pods leave;
+    `prefix` and `prefix_raw` read it (one shared instance, so a dispatch is recorded once).
 
     Params: `blockChars`, `maxBlocksPerPod`, `maxPrefixBlocks` (defaults: `scheduling.prefixCache`).
     """

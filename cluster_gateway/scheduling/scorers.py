@@ -150,9 +150,11 @@ class PrefixScorer(PluginBase):
 
 class PrefixHomeScorer(PluginBase):
     """The prompt prefix's home pods on a consistent-hash ring (1.0 first, 0.5 second), faded by load
-    like `prefix`. Every gateway replica computes the same homes, so replicas that share a pool
-    also share where a new prefix goes, without sharing their prefix indexes. Adapter requests score
-    0 everywhere: where an adapter is resident matters more than where a prefix would go.
+    like `prefix`.
+
+    Every gateway replica computes the same homes, so replicas that share a pool also share where a
+    new prefix goes, without sharing their prefix indexes. Adapter requests score 0 everywhere: where
+    an adapter is resident matters more than where a prefix would go.
 
     Params: `homeBlocks` (default 16 blocks, ~256 tokens: a system prompt's head names the home),
     `fadeDepths` (default 2). Blocks are `scheduling.prefixCache.blockChars` long.
@@ -194,8 +196,9 @@ class PrefixHomeScorer(PluginBase):
 
 
 class RawPrefixScorer(PluginBase):
-    """Reference shape: matched blocks / total blocks, however busy the pod is. Reads the
-    `prefix_index` plugin (param `index` names another)."""
+    """Reference shape: matched blocks / total blocks, however busy the pod is.
+
+    Reads the `prefix_index` plugin (param `index` names another)."""
 
     def __init__(self, name: str, params: Mapping[str, Any], handle: SchedulingHandle) -> None:
         super().__init__(name, params, handle)

@@ -86,7 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     fresh = render_page(current)
     if args.check:
         if fresh != current:
-            print(f"{args.out} is stale: run python -m cluster_gateway.scheduling.doc_tables", file=sys.stderr)
+            print(
+                f"{args.out} is stale: run python -m cluster_gateway.scheduling.doc_tables", file=sys.stderr
+            )
             return 1
         return 0
     args.out.write_text(fresh)

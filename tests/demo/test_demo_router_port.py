@@ -10,7 +10,7 @@ import pytest
 
 from common.config.loader import ConfigError
 from fleetgate import demo
-from tests.conftest import free_port
+from tests.procs import free_port
 
 
 def _demo(*argv: str) -> demo.Demo:

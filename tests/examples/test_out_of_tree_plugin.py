@@ -24,7 +24,7 @@ from cluster_gateway.discovery.static import endpoints_from_static
 from cluster_gateway.scheduling.plugin import PLUGINS
 from common.config.gateway import StaticDiscovery, StaticEndpoint
 from tests.eventually import eventually_sync
-from tests.fleetgate_process import ROOT, fleetgate, read_until, stop
+from tests.procs import ROOT, fleetgate, read_until, stop
 
 EXAMPLE = ROOT / "examples" / "fleetgate-cheapest-gpu"
 MODEL = "plugin-test-model"

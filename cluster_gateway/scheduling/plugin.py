@@ -57,7 +57,9 @@ class SchedulingHandle:
     _resolve: Callable[[str], object] | None = field(default=None, repr=False)
 
     def plugin(self, name: str) -> object:
-        """The scheduler's instance named `name` (configured, else the built-in type of that name)."""
+        """The scheduler's instance named `name` (configured, else the built-in type of that name).
+
+        Call it from a factory: once the scheduler is built, no new instance is made (RuntimeError)."""
         if self._resolve is None:
             raise RuntimeError("this handle is not attached to a scheduler's plugin set")
         return self._resolve(name)

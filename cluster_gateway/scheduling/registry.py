@@ -53,6 +53,7 @@ class PluginSet:
         self._handle = handle
         self._built: dict[str, object] = {}
         self._building: list[str] = []
+        self._sealed = False
         handle._resolve = self._dependency
         for name in self._specs:
             self.get(name, "scheduling.plugins")
@@ -61,6 +62,8 @@ class PluginSet:
         plugin = self._built.get(name)
         if plugin is not None:
             return plugin
+        if self._sealed:
+            raise RuntimeError(f"plugin {name!r} was never built: ask the handle for plugins in a factory")
         if name in self._building:
             raise ConfigError(f"field `{where}`: plugins depend on each other in a cycle: {self._building}")
         entry = self._specs.get(name)
@@ -86,5 +89,7 @@ class PluginSet:
         entry = self._specs.get(name)
         return entry[1].weight if entry is not None else 1.0
 
-    def instances(self) -> list[object]:
+    def seal(self) -> list[object]:
+        """Every instance; from now on nothing new is built (its hooks would never be called)."""
+        self._sealed = True
         return list(self._built.values())

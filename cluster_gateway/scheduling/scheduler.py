@@ -52,7 +52,7 @@ class Scheduler:
         self._selector = ProfileSelector(profiles, config)
         self._plugins = PluginSet(config, self._handle)
         self._plans = {name: compile_plan(spec, self._plugins) for name, spec in profiles.items()}
-        built = self._plugins.instances()
+        built = self._plugins.seal()
         self._on_dispatch = _hooks(built, "on_dispatch")
         self._on_complete = _hooks(built, "on_complete")
         self._on_pods_changed = _hooks(built, "on_pods_changed")
@@ -63,7 +63,8 @@ class Scheduler:
         return self._selector.names()
 
     def plugin(self, name: str) -> object:
-        """This scheduler's plugin instance named `name` (for inspection and tests)."""
+        """This scheduler's plugin instance named `name` (for inspection and tests); RuntimeError if
+        no profile or plugin uses that name."""
         return self._plugins.get(name, "Scheduler.plugin")
 
     def schedule(self, req: LLMRequest) -> ScheduleResult:

@@ -122,8 +122,9 @@ def plugin(
     cfg = Scheduling(plugins=[PluginConfig(type=type_name, params=params or {})])
     handle = SchedulingHandle(pool, cfg, clock or Clock(), random.Random(seed), 3)
     built = PluginSet(cfg, handle)
-    for p in built.instances():
+    wanted = built.get(type_name, "test")
+    for p in built.seal():
         hook = getattr(p, "on_pods_changed", None)
         if hook is not None:
             hook(pool.pods())
-    return built.get(type_name, "test")
+    return wanted

@@ -14,6 +14,7 @@ from cluster_gateway.pool import EndpointPool, PodState
 from cluster_gateway.scheduling import Filtered, LLMRequest, PluginBase, SchedulingContext, SchedulingHandle
 from cluster_gateway.scheduling import registry as builtin
 from cluster_gateway.scheduling.plugin import PLUGINS, register_plugin
+from cluster_gateway.scheduling.prefix_cache import PrefixIndexPlugin
 from common.config import ConfigError, load_config_data
 from common.config.gateway import GatewaySpec, PluginConfig, Profile, Scheduling
 from common.plugins import ENTRY_POINT_GROUP, PluginRegistry
@@ -210,3 +211,11 @@ def test_the_scheduler_core_never_names_a_plugin() -> None:
     literals = set(re.findall(r"\"([a-z_]+)\"", core))
     assert not literals & set(builtin.BUILTIN), literals & set(builtin.BUILTIN)
     assert "test_prefer_label" in PLUGINS
+
+
+def test_plugins_are_all_built_with_the_scheduler() -> None:
+    """One built later would never hear of dispatches or pool changes, so none is."""
+    s = scheduler(_pool(), _cfg("gold", weights={"tiers": 1.0}))
+    assert isinstance(s.plugin("prefix_index"), PrefixIndexPlugin)  # a dependency of the prefix scorers
+    with pytest.raises(RuntimeError, match="never built"):
+        s.plugin("power_of_two")  # no profile uses it

@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,7 +42,7 @@ def fleetgate(
     )
 
 
-def read_until(stream: object, pattern: str, timeout_s: float = 30.0) -> tuple[re.Match[str], list[str]]:
+def read_until(stream: Any, pattern: str, timeout_s: float = 30.0) -> tuple[re.Match[str], list[str]]:
     """Read lines from a child's pipe until one matches `pattern`; the match and the lines read.
 
     Raises AssertionError (with what was read) at EOF or after `timeout_s`.
@@ -49,7 +50,7 @@ def read_until(stream: object, pattern: str, timeout_s: float = 30.0) -> tuple[r
     rx = re.compile(pattern)
     lines: list[str] = []
     deadline = time.monotonic() + timeout_s
-    readline = stream.readline  # type: ignore[attr-defined]
+    readline = stream.readline
     while time.monotonic() < deadline:
         line = readline()
         if not line:
@@ -60,7 +61,7 @@ def read_until(stream: object, pattern: str, timeout_s: float = 30.0) -> tuple[r
     raise AssertionError(f"no line matching {pattern!r} in: {''.join(lines)[-2000:]}")
 
 
-def stop(proc: subprocess.Popen[str], timeout_s: float = 15.0) -> int:
+def stop(proc: subprocess.Popen[Any], timeout_s: float = 15.0) -> int:
     """SIGTERM, then kill if it does not exit in time; its exit code."""
     if proc.poll() is None:
         proc.terminate()

@@ -113,7 +113,14 @@ def _config(tmp: Path, urls: list[str], prices: dict[str, float]) -> Path:
             "plugins": [
                 {"type": "cheapest_gpu", "name": "gpu_cost", "weight": 10, "params": {"prices": prices}}
             ],
-            "profiles": {"cheap": {"weights": {"queue": 1, "inflight": 1}, "plugins": ["gpu_cost"]}},
+            # no freshness filter: a scrape that lags on a loaded machine must not decide the pod
+            "profiles": {
+                "cheap": {
+                    "weights": {"queue": 1, "inflight": 1},
+                    "plugins": ["gpu_cost"],
+                    "filters": ["model", "healthy"],
+                }
+            },
         },
     }
     path = tmp / f"gateway-{len(list(tmp.iterdir()))}.yaml"

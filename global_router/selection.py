@@ -22,8 +22,9 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
-from common.config.router import Selection, SelectionWeights, TrafficClassPolicy
+from common.config.router import Selection, TrafficClassPolicy
 from common.errors import OpenAIError, not_found_model, unavailable
+from global_router.cluster_scorers import build_scorers, register_function
 from global_router.dispatch_tracker import DispatchTracker
 from global_router.fleet_view import ClusterState, ModelCapacity
 
@@ -66,9 +67,6 @@ class Ranking:
     policy: TrafficClassPolicy
 
 
-ClusterScorer = Callable[[list[Candidate]], list[float]]
-
-
 def _headroom(cands: list[Candidate]) -> list[float]:
     top = max(max(c.headroom for c in cands), 1)
     return [min(1.0, max(0.0, c.headroom / top)) for c in cands]
@@ -104,14 +102,15 @@ def _price_per_token(cands: list[Candidate]) -> None:
         c.cost = c.cost / (3600.0 * c.capacity.gpu_tokens_per_s) * 1e6
 
 
-# Scorer name = the `SelectionWeights` field that weighs it.
-SCORERS: dict[str, ClusterScorer] = {
-    "headroom": _headroom,
-    "queue": _queue,
-    "ttft": _ttft,
-    "region": _region,
-    "cost": _cost,
-}
+# Built-in cluster scorer plugins (`cluster_scorers.py`); name = the `SelectionWeights` field weighing it.
+for _name, _fn in (
+    ("headroom", _headroom),
+    ("queue", _queue),
+    ("ttft", _ttft),
+    ("region", _region),
+    ("cost", _cost),
+):
+    register_function(_name, _fn)
 
 
 def model_capacity(cluster: ClusterState, model: str) -> ModelCapacity | None:
@@ -149,6 +148,7 @@ class ClusterSelector:
         self._rng = rng or random.Random()
         default = TrafficClassPolicy()
         self._default_policy = selection.classes.get("interactive", default)
+        self._scorers = build_scorers(selection)  # raises ConfigError for unknown plugins
 
     def policy(self, traffic_class: str) -> TrafficClassPolicy:
         return self._sel.classes.get(traffic_class, self._default_policy)
@@ -210,7 +210,7 @@ class ClusterSelector:
                 code="fleet_saturated",
                 headers={"retry-after": "1"},
             )
-        self._score(cands, policy.weights)
+        self._score(cands, policy)
         target = policy.ttft_target_ms
         for c in cands:
             c.over_target = target is not None and c.predicted_ttft_ms > target
@@ -218,16 +218,15 @@ class ClusterSelector:
         cands.sort(key=lambda c: (c.over_target, not c.has_room, -c.score, jitter[id(c)]))
         return Ranking(cands, saturated, policy)
 
-    @staticmethod
-    def _score(cands: list[Candidate], weights: SelectionWeights) -> None:
+    def _score(self, cands: list[Candidate], policy: TrafficClassPolicy) -> None:
         total_w = 0.0
-        for name, scorer in SCORERS.items():
-            w = float(getattr(weights, name))
+        for scorer in self._scorers:
+            w = scorer.weight_of(policy)
             if w <= 0:
                 continue
             total_w += w
-            for c, s in zip(cands, scorer(cands), strict=True):
-                c.parts[name] = s
+            for c, s in zip(cands, scorer.score(cands), strict=True):
+                c.parts[scorer.name] = s
                 c.score += w * s
         if total_w > 0:
             for c in cands:

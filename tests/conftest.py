@@ -1,4 +1,4 @@
-"""Shared fixtures: real redis-server on loopback, free ports (one launcher with the benches: bench/procs.py)."""
+"""Shared fixtures: a real redis-server on loopback (launched by tests/procs.py)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from bench import procs
-from bench.procs import RedisServer, free_port
+from tests import procs
+from tests.procs import RedisServer
 
-__all__ = ["RedisServer", "free_port", "start_redis"]
-
-
-@pytest.fixture
-def unused_port() -> int:
-    return free_port()
+__all__ = ["RedisServer", "start_redis"]
 
 
 def start_redis(tmp: Path, port: int | None = None) -> RedisServer:

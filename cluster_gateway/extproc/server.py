@@ -227,6 +227,7 @@ class PickerService(pb_grpc.ExternalProcessorServicer):
         self.dispatcher.finished(st.pod)
         if outcome is None:
             outcome = OK if 0 < st.status < 400 else UPSTREAM_ERROR if st.status else CANCELLED
+        self.dispatcher.completed(st.pick, st.pod, outcome)
         self.metrics.request_done(st.pod.name, st.pick.profile, outcome)
 
 

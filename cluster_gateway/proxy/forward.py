@@ -191,6 +191,7 @@ class Forwarder:
                 self.dispatcher.finished(pod)
                 if committed:
                     rec.outcome = outcome
+                    self.dispatcher.completed(pick, pod, outcome)
                     self.metrics.request_done(pod.name, pick.profile, outcome)
         if held is not None:
             rec.status, rec.outcome, rec.target = held[1], UPSTREAM_ERROR, held[0].name

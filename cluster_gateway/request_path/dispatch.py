@@ -86,6 +86,10 @@ class Dispatcher:
         self.pool.acquire(pod.name)
         self.scheduler.on_dispatch(pick.request, pod)
 
+    def completed(self, pick: Pick, pod: PodState, outcome: str) -> None:
+        """The request ended on `pod` with `outcome` (the scheduler's plugins' `on_complete`)."""
+        self.scheduler.on_complete(pick.request, pod, outcome)
+
     def finished(self, pod: PodState) -> None:
         """Release the in-flight slot taken by `dispatched` and let queued requests re-check."""
         self.pool.release(pod.name)

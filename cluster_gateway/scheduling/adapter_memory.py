@@ -1,9 +1,14 @@
-"""Which LoRA adapters this gateway recently sent to which pod.
+"""What the gateway knows about LoRA adapters beyond the last scrape.
 
-The engine reports an adapter as running only while a request uses it, and only at the next scrape.
-Between scrapes (and shortly after a request ends, while the adapter is still in the GPU's LoRA
-slots) the gateway's own memory is the better signal: keeping an adapter's burst on the pod that
-just loaded it avoids loading it on a second pod and evicting something there.
+`AdapterMemory`: which adapters this gateway recently sent to which pod. The engine reports an
+adapter as running only while a request uses it, and only at the next scrape. Between scrapes (and
+shortly after a request ends, while the adapter is still in the GPU's LoRA slots) the gateway's own
+memory is the better signal: keeping an adapter's burst on the pod that just loaded it avoids loading
+it on a second pod and evicting something there. The `lora` scorer owns one.
+
+`AdapterEvidence`: whether a model name is an adapter according to the engines' LoRA gauges, for
+pools whose `/v1/models` lists do not tell adapters apart. One per scheduler, shared by every plugin
+through the decision's context.
 """
 
 from __future__ import annotations
@@ -13,13 +18,10 @@ from cluster_gateway.pool import PodState
 EVIDENCE_TTL_S = 0.05  # how long a "is this model an adapter?" verdict is reused
 
 
-class AdapterMemory:
-    """pod → adapter → monotonic time of the last dispatch; entries expire after `ttl_s`."""
+class AdapterEvidence:
+    """model → (time, verdict) of the last scan of the engines' LoRA gauges."""
 
-    def __init__(self, ttl_s: float = 2.0, max_per_pod: int = 64) -> None:
-        self.ttl_s = ttl_s
-        self.max_per_pod = max_per_pod
-        self._seen: dict[str, dict[str, float]] = {}
+    def __init__(self) -> None:
         self._verdicts: dict[str, tuple[float, bool]] = {}
 
     def engine_reports_adapter(self, model: str, pods: list[PodState], now: float) -> bool:
@@ -42,6 +44,15 @@ class AdapterMemory:
             self._verdicts.clear()
         self._verdicts[model] = (now, found)
         return found
+
+
+class AdapterMemory:
+    """pod → adapter → monotonic time of the last dispatch; entries expire after `ttl_s`."""
+
+    def __init__(self, ttl_s: float = 2.0, max_per_pod: int = 64) -> None:
+        self.ttl_s = ttl_s
+        self.max_per_pod = max_per_pod
+        self._seen: dict[str, dict[str, float]] = {}
 
     def record(self, pod_name: str, adapter: str, now: float) -> None:
         per_pod = self._seen.setdefault(pod_name, {})

@@ -1,23 +1,25 @@
 """Filters narrow the candidate pods. None of them may leave traffic stuck on a technicality:
-stale metrics degrade to in-flight-only routing, and saturation fails open (flagging the result)."""
+stale metrics degrade to in-flight-only routing, and saturation fails open (saying so in its result)."""
 
 from __future__ import annotations
 
 from cluster_gateway.pool import PodState
+from cluster_gateway.scheduling.plugin import Filtered, PluginBase
 from cluster_gateway.scheduling.types import SchedulingContext
 from common.errors import not_found_model
 
 
-class ModelFilter:
+class ModelFilter(PluginBase):
     """Pods that serve the requested model or adapter: those whose `/v1/models` lists it.
 
     A pod whose list has not been fetched yet (it just joined) is assumed to serve the base models
     its peers list, so scale-up capacity takes traffic at once; it is never assumed to hold an
     adapter (a model some pod lists as a LoRA adapter), since it would answer 404. When no pod's list
     is known (gateway cold start) every pod is a candidate and the pod itself answers for the model.
+    Raises 404 `model_not_found` when no pod serves it. Strict: a pod it removes is never a last resort.
     """
 
-    name = "model"
+    strict = True
 
     def filter(self, ctx: SchedulingContext, pods: list[PodState]) -> list[PodState]:
         model = ctx.request.model
@@ -40,7 +42,7 @@ def _peer_base_model(ctx: SchedulingContext, pods: list[PodState], model: str) -
     return listed and not ctx.is_adapter_request(pods)
 
 
-class HealthyFilter:
+class HealthyFilter(PluginBase):
     """Drops pods known dead (their last `dead_after_failures` scrapes in a row failed) and pods
     ejected by outlier detection (their requests failed).
 
@@ -50,31 +52,27 @@ class HealthyFilter:
     Ejection likewise fails open when it would leave no pod.
     """
 
-    name = "healthy"
-
-    def filter(self, ctx: SchedulingContext, pods: list[PodState]) -> list[PodState]:
+    def filter(self, ctx: SchedulingContext, pods: list[PodState]) -> list[PodState] | Filtered:
         dead, now = ctx.dead_after_failures, ctx.now
         if all(p.consecutive_failures < dead and p.ejected_until <= now for p in pods):
             return pods  # the usual case: one pass, no copies
         alive = [p for p in pods if p.consecutive_failures < dead]
         if not alive and pods and all(p.metrics is not None for p in pods):
-            ctx.degraded = True
-            alive = pods
+            serving = [p for p in pods if p.ejected_until <= now]
+            return Filtered(serving or pods, degraded=True)
         serving = [p for p in alive if p.ejected_until <= now]
         return serving or alive
 
 
-class FreshFilter:
+class FreshFilter(PluginBase):
     """Pods whose metrics are recent enough to trust (and whose last scrape succeeded).
 
     When only a minority of responding pods is fresh (e.g. the scraper lags under CPU pressure), the
     merely late ones are kept too, so the few fresh pods do not absorb the whole load. When no pod is
-    fresh, routing continues on in-flight counts alone (`ctx.degraded`) instead of stalling.
+    fresh, it answers `degraded`: routing continues on in-flight counts alone instead of stalling.
     """
 
-    name = "fresh"
-
-    def filter(self, ctx: SchedulingContext, pods: list[PodState]) -> list[PodState]:
+    def filter(self, ctx: SchedulingContext, pods: list[PodState]) -> list[PodState] | Filtered:
         oldest = ctx.now - ctx.staleness_s
         fresh = [
             p
@@ -89,21 +87,20 @@ class FreshFilter:
         ok = [p for p in pods if p.metrics is not None and not p.stale and p.consecutive_failures == 0]
         if fresh:
             return fresh if len(fresh) * 2 >= len(ok) else ok
-        ctx.degraded = True
-        return ok or pods
+        return Filtered(ok or pods, degraded=True)
 
 
-class SaturationFilter:
+class SaturationFilter(PluginBase):
     """Drops pods at or over the profile's queue or KV threshold; fails open if that is all of them.
 
-    Thresholds apply to what the engine reported (TGI has no KV gauge: queue only). Pods without
-    metrics are not judged. When metrics are untrustworthy (`ctx.degraded`) nothing is filtered and
-    the result is not flagged saturated, so stale scrapes never make the gateway hold traffic back.
+    Thresholds apply to what the engine reported (TGI has no KV gauge: queue only); the profile's
+    `saturation` sets them. Pods without metrics are not judged. Failing open, it answers `saturated`
+    (the caller may queue or shed). When an earlier filter found the metrics untrustworthy
+    (`ctx.degraded`) nothing is filtered and nothing is saturated, so stale scrapes never make the
+    gateway hold traffic back.
     """
 
-    name = "saturation"
-
-    def filter(self, ctx: SchedulingContext, pods: list[PodState]) -> list[PodState]:
+    def filter(self, ctx: SchedulingContext, pods: list[PodState]) -> list[PodState] | Filtered:
         if ctx.degraded:
             return pods
         qd = ctx.profile.queue_depth
@@ -114,6 +111,5 @@ class SaturationFilter:
             if (m := p.metrics) is None or (m.waiting < qd and ((kv := m.kv_usage) is None or kv < kvt))
         ]
         if not out:
-            ctx.saturated = True
-            return pods
+            return Filtered(pods, saturated=True)
         return out

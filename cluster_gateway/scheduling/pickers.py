@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import heapq
-import random
+from collections.abc import Mapping
 from operator import itemgetter
+from typing import Any
 
 from cluster_gateway.pool import PodState
+from cluster_gateway.scheduling.plugin import PluginBase, SchedulingHandle
 from cluster_gateway.scheduling.types import SchedulingContext
 
 MAX_RANKED = 10  # the choice + fallbacks (proxy.maxAttempts <= 10, extProc.fallbackEndpoints <= 8)
@@ -22,13 +24,12 @@ def _rest_by_score(scored: list[tuple[PodState, float]], exclude: set[int], k: i
     return [p for p, _ in top if id(p) not in exclude][:k]
 
 
-class MaxScorePicker:
+class MaxScorePicker(PluginBase):
     """Highest total wins; ties (e.g. an idle pool) are broken at random so load spreads."""
 
-    name = "max_score"
-
-    def __init__(self, rng: random.Random) -> None:
-        self._rng = rng
+    def __init__(self, name: str, params: Mapping[str, Any], handle: SchedulingHandle) -> None:
+        super().__init__(name, params, handle)
+        self._rng = handle.rng
 
     def pick(self, ctx: SchedulingContext, scored: list[tuple[PodState, float]]) -> list[PodState]:
         if len(scored) == 1:
@@ -42,13 +43,12 @@ class MaxScorePicker:
         return ties + _rest_by_score(scored, {id(p) for p in ties}, MAX_RANKED - len(ties))
 
 
-class PowerOfTwoPicker:
+class PowerOfTwoPicker(PluginBase):
     """Best of two random candidates: near-best choices without herding on one pod when scores lag."""
 
-    name = "power_of_two"
-
-    def __init__(self, rng: random.Random) -> None:
-        self._rng = rng
+    def __init__(self, name: str, params: Mapping[str, Any], handle: SchedulingHandle) -> None:
+        super().__init__(name, params, handle)
+        self._rng = handle.rng
 
     def pick(self, ctx: SchedulingContext, scored: list[tuple[PodState, float]]) -> list[PodState]:
         if len(scored) == 1:
@@ -59,13 +59,12 @@ class PowerOfTwoPicker:
         return head + _rest_by_score(scored, {id(p) for p in head}, MAX_RANKED - 2)
 
 
-class WeightedRandomPicker:
+class WeightedRandomPicker(PluginBase):
     """Random in proportion to score squared: mostly good pods, never a single hot one."""
 
-    name = "weighted_random"
-
-    def __init__(self, rng: random.Random) -> None:
-        self._rng = rng
+    def __init__(self, name: str, params: Mapping[str, Any], handle: SchedulingHandle) -> None:
+        super().__init__(name, params, handle)
+        self._rng = handle.rng
 
     def pick(self, ctx: SchedulingContext, scored: list[tuple[PodState, float]]) -> list[PodState]:
         if len(scored) == 1:
@@ -75,12 +74,11 @@ class WeightedRandomPicker:
         return [choice, *_rest_by_score(scored, {id(choice)}, MAX_RANKED - 1)]
 
 
-class RoundRobinPicker:
+class RoundRobinPicker(PluginBase):
     """Ignores scores: the next candidate in pool order (the baseline every balancer starts from)."""
 
-    name = "round_robin"
-
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, name: str, params: Mapping[str, Any], handle: SchedulingHandle) -> None:
+        super().__init__(name, params, handle)
         self._next = 0
 
     def pick(self, ctx: SchedulingContext, scored: list[tuple[PodState, float]]) -> list[PodState]:

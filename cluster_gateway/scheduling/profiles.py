@@ -1,5 +1,7 @@
 """Routing profiles: named weight sets plus saturation thresholds, filter chain and picker.
 
+A profile names plugins (`plugin.py`); names resolve to `scheduling.plugins` entries, else to the
+built-in plugin types of the same name, when the scheduler compiles the profile (`plans.py`).
 Built-in profiles give sensible behaviour with no config; `scheduling.profiles` in config overrides
 them weight by weight (or defines new ones). Baseline profiles (`reference`, `round-robin`,
 `least-inflight`) reproduce the usual alternatives so benchmarks and A/B tests can compare against
@@ -9,26 +11,28 @@ them through the same gateway.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from cluster_gateway.scheduling import registry
 from common.config import ConfigError
 from common.config.gateway import Profile, Saturation, Scheduling
 
 DEFAULT_FILTERS: tuple[str, ...] = ("model", "healthy", "fresh", "saturation")
 DEFAULT_PICKER = "max_score"
+DEFAULT_DEGRADED: Mapping[str, float] = {"inflight": 1.0}  # live counts only, when no metrics are fresh
 _DEFAULT_SATURATION = Saturation()
 
 
 @dataclass(frozen=True, slots=True)
 class ProfileSpec:
     name: str
-    weights: Mapping[str, float]  # scorer name → weight > 0
+    weights: Mapping[str, float]  # scorer plugin name → weight > 0
     queue_depth: int = _DEFAULT_SATURATION.queue_depth
     kv_usage: float = _DEFAULT_SATURATION.kv_usage
     filters: tuple[str, ...] = DEFAULT_FILTERS
     picker: str = DEFAULT_PICKER
     sheddable: bool = False
+    plugins: tuple[str, ...] = ()  # more plugins by name, placed by their hooks
+    degraded_weights: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_DEGRADED))
 
 
 BUILTIN_PROFILES: dict[str, ProfileSpec] = {
@@ -80,52 +84,28 @@ def _merge(name: str, cfg: Profile, base: ProfileSpec | None) -> ProfileSpec:
     else:
         chain = base.filters if base is not None else DEFAULT_FILTERS
     picker = cfg.picker or (base.picker if base is not None else DEFAULT_PICKER)
+    degraded: Mapping[str, float] = DEFAULT_DEGRADED if base is None else base.degraded_weights
+    if cfg.degraded_weights is not None:
+        degraded = cfg.degraded_weights
     return ProfileSpec(
         name=name,
-        weights=weights,
+        weights={k: float(v) for k, v in weights.items()},  # 0 = off, still checked as a name
         queue_depth=queue_depth,
         kv_usage=kv_usage,
         filters=chain,
         picker=picker,
         sheddable=cfg.sheddable or (base.sheddable if base is not None else False),
-    )
-
-
-def _validate(p: ProfileSpec) -> ProfileSpec:
-    where = f"scheduling.profiles.{p.name}"
-    for scorer in p.weights:
-        if scorer not in registry.SCORERS:
-            raise ConfigError(
-                f"field `{where}.weights.{scorer}`: unknown scorer {scorer!r} "
-                f"(known: {', '.join(sorted(registry.SCORERS))})"
-            )
-    for i, f in enumerate(p.filters):
-        if f not in registry.FILTERS:
-            raise ConfigError(
-                f"field `{where}.filters[{i}]`: unknown filter {f!r} (known: {', '.join(sorted(registry.FILTERS))})"
-            )
-    if p.picker not in registry.PICKERS:
-        raise ConfigError(
-            f"field `{where}.picker`: unknown picker {p.picker!r} (known: {', '.join(sorted(registry.PICKERS))})"
-        )
-    weights = {k: float(v) for k, v in p.weights.items() if v > 0}
-    return ProfileSpec(
-        name=p.name,
-        weights=weights,
-        queue_depth=p.queue_depth,
-        kv_usage=p.kv_usage,
-        filters=p.filters,
-        picker=p.picker,
-        sheddable=p.sheddable,
+        plugins=(*(base.plugins if base is not None else ()), *cfg.plugins),
+        degraded_weights={k: float(v) for k, v in degraded.items()},
     )
 
 
 def build_profiles(cfg: Scheduling) -> dict[str, ProfileSpec]:
-    """Built-ins merged with config, validated; raises ConfigError naming the offending field."""
+    """Built-ins merged with config; raises ConfigError naming the offending field. Plugin names are
+    checked when the scheduler compiles the profiles."""
     out = dict(BUILTIN_PROFILES)
     for name, pcfg in cfg.profiles.items():
         out[name] = _merge(name, pcfg, BUILTIN_PROFILES.get(name))
-    out = {name: _validate(p) for name, p in out.items()}
     if cfg.default_profile not in out:
         raise ConfigError(
             f"field `scheduling.defaultProfile`: unknown profile {cfg.default_profile!r} "

@@ -1,8 +1,9 @@
 """One scheduling decision: pick the profile, filter the pool snapshot, score, rank.
 
 Pure logic over `EndpointPool` state, no I/O, so the proxy and the ext_proc server call it inline on
-the event loop. The only state kept between decisions is what the gateway itself caused: the prefix
-index (where prompts were sent), recently dispatched adapters, and round-robin positions.
+the event loop. The core runs plugin hooks (`plugin.py`) in the order a profile's plan (`plans.py`)
+lists them; what is kept between decisions belongs to the plugins (prefix index, adapter memory,
+round-robin position), except the pool positions that find a pod in O(1).
 """
 
 from __future__ import annotations
@@ -10,38 +11,20 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import Any
 
 from cluster_gateway.pool import EndpointPool, PodState
-from cluster_gateway.scheduling import registry
-from cluster_gateway.scheduling.adapter_memory import AdapterMemory
 from cluster_gateway.scheduling.pickers import MAX_RANKED
-from cluster_gateway.scheduling.prefix_index import PrefixIndex
-from cluster_gateway.scheduling.profiles import ProfileSelector, ProfileSpec, build_profiles
-from cluster_gateway.scheduling.scorers import InflightScorer
-from cluster_gateway.scheduling.types import (
-    Filter,
-    LLMRequest,
-    Picker,
-    ScheduleResult,
-    SchedulingContext,
-    Scorer,
-)
+from cluster_gateway.scheduling.plans import Hook, Plan, compile_plan
+from cluster_gateway.scheduling.plugin import Filtered, SchedulingHandle
+from cluster_gateway.scheduling.profiles import ProfileSelector, build_profiles
+from cluster_gateway.scheduling.registry import PluginSet
+from cluster_gateway.scheduling.types import LLMRequest, ScheduleResult, SchedulingContext
 from common.config.gateway import Scheduling
 from common.errors import unavailable
+from common.plugins import has_hook
 
 NO_HEALTHY = "no_healthy_endpoint"
-
-
-@dataclass(slots=True)
-class _Plan:
-    """A profile compiled to plug-in instances."""
-
-    spec: ProfileSpec
-    filters: list[Filter]
-    scorers: list[tuple[float, Scorer]]
-    picker: Picker
-    weight_sum: float
 
 
 class Scheduler:
@@ -55,48 +38,34 @@ class Scheduler:
         dead_after_failures: int = 3,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """Raises `common.config.ConfigError` for unknown profiles or plug-in names in `config`.
+        """Raises `common.config.ConfigError` for unknown profiles, plugin names or plugin params.
 
         `dead_after_failures` should match `scrape.staleAfterMisses`: a pod whose scrapes failed that
         many times in a row is skipped even when routing has fallen back to in-flight counts.
         """
         self._pool = pool
-        self._config = config
         self._staleness_s = staleness_s
         self._dead_after = dead_after_failures
         self._clock = clock
-        rng = rng or random.Random()
+        self._handle = SchedulingHandle(pool, config, clock, rng or random.Random(), dead_after_failures)
         profiles = build_profiles(config)
         self._selector = ProfileSelector(profiles, config)
-        scorer_instances: dict[str, Scorer] = {}
-
-        def scorer(name: str) -> Scorer:
-            s = scorer_instances.get(name)
-            if s is None:
-                s = scorer_instances[name] = registry.SCORERS[name]()
-            return s
-
-        self._plans = {
-            name: _Plan(
-                spec=spec,
-                filters=[registry.FILTERS[f]() for f in spec.filters],
-                scorers=[(w, scorer(s)) for s, w in spec.weights.items()],
-                picker=registry.PICKERS[spec.picker](rng),
-                weight_sum=sum(spec.weights.values()),
-            )
-            for name, spec in profiles.items()
-        }
-        self._degraded_scorers: list[tuple[float, Scorer]] = [(1.0, InflightScorer())]
-        pc = config.prefix_cache
-        self._block_chars = pc.block_chars
-        self._max_prefix_blocks = pc.max_prefix_blocks
-        self.prefix_index = PrefixIndex(pc.max_blocks_per_pod)
-        self.adapters = AdapterMemory()
+        self._plugins = PluginSet(config, self._handle)
+        self._plans = {name: compile_plan(spec, self._plugins) for name, spec in profiles.items()}
+        built = self._plugins.seal()
+        self._on_dispatch = _hooks(built, "on_dispatch")
+        self._on_complete = _hooks(built, "on_complete")
+        self._on_pods_changed = _hooks(built, "on_pods_changed")
         self._seen_version = -1
         self._positions: dict[str, int] = {}
 
     def profile_names(self) -> list[str]:
         return self._selector.names()
+
+    def plugin(self, name: str) -> object:
+        """This scheduler's plugin instance named `name` (for inspection and tests); RuntimeError if
+        no profile or plugin uses that name."""
+        return self._plugins.get(name, "Scheduler.plugin")
 
     def schedule(self, req: LLMRequest) -> ScheduleResult:
         """Ranked pods for `req`.
@@ -105,7 +74,7 @@ class Scheduler:
         `no_healthy_endpoint` when pods serve it but none is usable.
         """
         if self._pool.version != self._seen_version:
-            self._forget_departed()
+            self._pods_changed()
         pods = self._pool.pods()
         if not pods:
             raise unavailable("No model-server pods have been discovered yet.", code=NO_HEALTHY)
@@ -116,60 +85,47 @@ class Scheduler:
             now=self._clock(),
             staleness_s=self._staleness_s,
             dead_after_failures=self._dead_after,
-            prefix_index=self.prefix_index,
-            block_chars=self._block_chars,
-            max_prefix_blocks=self._max_prefix_blocks,
-            adapters=self.adapters,
+            evidence=self._handle.evidence,
             pool_positions=self._positions,
             pool_version=self._seen_version,
             catalog=self._pool.catalog,
         )
-        serving = pods
-        for f in plan.filters:
-            pods = f.filter(ctx, pods)
-            if not pods:
-                raise unavailable(
-                    f"No usable pod for model `{req.model}` right now ({f.name} check failed on every pod).",
-                    code=NO_HEALTHY,
-                )
-            if f.name == "model":
-                serving = pods
+        for prepare in plan.prepare:
+            prepare(ctx, pods)
+        pods, serving, saturated = _filter(ctx, plan, pods)
         ctx.memo.clear()
-        scorers = self._degraded_scorers if ctx.degraded else plan.scorers
+        scorers, weight_sum = (
+            (plan.degraded_scorers, plan.degraded_weight_sum)
+            if ctx.degraded
+            else (plan.scorers, plan.weight_sum)
+        )
         totals, per_scorer = _weighted_totals(ctx, pods, scorers)
-        ranked = plan.picker.pick(ctx, list(zip(pods, totals, strict=True)))
+        ranked = plan.pick(ctx, list(zip(pods, totals, strict=True)))
         if len(ranked) < MAX_RANKED and len(serving) > len(ranked):
             ranked = self._with_last_resorts(ranked, serving)
-        scores = _scores_of(
-            ctx.position(pods, ranked[0].name),
-            totals,
-            per_scorer,
-            plan.weight_sum if not ctx.degraded else 1.0,
-        )
         return ScheduleResult(
             pods=ranked,
             profile=plan.spec.name,
-            saturated=ctx.saturated,
-            scores=scores,
+            saturated=saturated,
+            scores=_scores_of(ctx.position(pods, ranked[0].name), totals, per_scorer, weight_sum),
             degraded=ctx.degraded,
             sheddable=req.sheddable or plan.spec.sheddable,
         )
 
     def on_dispatch(self, req: LLMRequest, pod: PodState) -> None:
-        """The request is going to `pod`: from now on that pod likely caches its prompt's blocks."""
-        hashes = req.block_hashes(self._block_chars, self._max_prefix_blocks)
-        if hashes:
-            self.prefix_index.add(pod.name, hashes)
-        m = pod.metrics
-        cat = self._pool.catalog
-        if m is not None and m.max_lora and (cat.is_adapter(req.model) or not cat.exact):
-            self.adapters.record(pod.name, req.model, self._clock())
+        """The request is going to `pod` (the prefix index and adapter memory learn from it)."""
+        for hook in self._on_dispatch:
+            hook(req, pod)
 
-    def _forget_departed(self) -> None:
+    def on_complete(self, req: LLMRequest, pod: PodState, outcome: str) -> None:
+        """The request sent to `pod` ended; `outcome` is the data path's word for how (e.g. "ok")."""
+        for hook in self._on_complete:
+            hook(req, pod, outcome)
+
+    def _pods_changed(self) -> None:
         pods = self._pool.pods()
-        names = {p.name for p in pods}
-        self.prefix_index.retain_pods(names)
-        self.adapters.retain_pods(names)
+        for hook in self._on_pods_changed:
+            hook(pods)
         self._positions = {p.name: i for i, p in enumerate(pods)}
         self._seen_version = self._pool.version
 
@@ -182,8 +138,35 @@ class Scheduler:
         return ranked + extra[: MAX_RANKED - len(ranked)]
 
 
+def _hooks(plugins: list[object], hook: str) -> list[Hook]:
+    return [getattr(p, hook) for p in plugins if has_hook(p, hook)]
+
+
+def _filter(
+    ctx: SchedulingContext, plan: Plan, pods: list[PodState]
+) -> tuple[list[PodState], list[PodState], bool]:
+    """(candidates, the last strict filter's pods for last resorts, whether all were saturated)."""
+    serving = pods
+    saturated = False
+    for step in plan.filters:
+        out: Any = step.run(ctx, pods)
+        if isinstance(out, Filtered):
+            ctx.degraded = ctx.degraded or out.degraded
+            saturated = saturated or out.saturated
+            out = out.pods
+        if not out:
+            raise unavailable(
+                f"No usable pod for model `{ctx.request.model}` right now ({step.name} check failed on every pod).",
+                code=NO_HEALTHY,
+            )
+        if step.strict:
+            serving = out
+        pods = out
+    return pods, serving, saturated
+
+
 def _weighted_totals(
-    ctx: SchedulingContext, pods: list[PodState], scorers: list[tuple[float, Scorer]]
+    ctx: SchedulingContext, pods: list[PodState], scorers: list[tuple[float, str, Hook]]
 ) -> tuple[list[float], dict[str, list[float]]]:
     """Sum of weight * score per pod. A scorer that rates every candidate the same (a base-model request
     for `lora`, no cached prefix for `prefix`) cannot change the ranking: it is added as one
@@ -191,9 +174,9 @@ def _weighted_totals(
     per: dict[str, list[float]] = {}
     varying: list[tuple[float, list[float]]] = []
     offset = 0.0
-    for w, s in scorers:
-        sc = s.score(ctx, pods)
-        per[s.name] = sc
+    for w, name, score in scorers:
+        sc = score(ctx, pods)
+        per[name] = sc
         if sc.count(sc[0]) == len(sc):
             offset += w * sc[0]
         else:

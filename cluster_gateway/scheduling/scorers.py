@@ -12,11 +12,17 @@ so a hot shared prompt piles onto one pod (`prefix` fades affinity as that pod's
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from itertools import compress
+from typing import Any
 
 from cluster_gateway.pool import PodState
+from cluster_gateway.scheduling.adapter_memory import AdapterMemory
+from cluster_gateway.scheduling.plugin import PluginBase, SchedulingHandle
+from cluster_gateway.scheduling.prefix_cache import prefix_index_of
 from cluster_gateway.scheduling.prefix_home import HashRing, prefix_key
-from cluster_gateway.scheduling.types import SchedulingContext
+from cluster_gateway.scheduling.types import LLMRequest, SchedulingContext
+from common.plugins import param
 
 NEUTRAL = 0.5  # for a signal a pod does not report (TGI has no KV or LoRA gauges)
 
@@ -41,32 +47,26 @@ INFLIGHT_MIN_SPAN = 8.0
 LOAD_MIN_SPAN = 8.0
 
 
-class QueueScorer:
+class QueueScorer(PluginBase):
     """Estimated queue = waiting at the last scrape + dispatched by this gateway since; min-max."""
-
-    name = "queue"
 
     def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
         return _min_max_lower_better(ctx.est_queue(pods), ctx.profile.queue_depth)
 
 
-class WaitingQueueScorer:
+class WaitingQueueScorer(PluginBase):
     """Reference shape: the waiting queue of the last scrape only, min-max normalised."""
-
-    name = "queue_waiting"
 
     def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
         return _min_max_lower_better([p.metrics.waiting if p.metrics is not None else 0 for p in pods], 0.0)
 
 
-class LoadScorer:
+class LoadScorer(PluginBase):
     """Everything on the pod (running + waiting + dispatched since the scrape), min-max.
 
     The queue alone is 0 on every pod that still has batch room; this separates a pod decoding 3
     sequences from one decoding 200, which matters for inter-token latency and prefill interference.
     """
-
-    name = "load"
 
     def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
         q = ctx.est_queue(pods)
@@ -76,23 +76,19 @@ class LoadScorer:
         )
 
 
-class InflightScorer:
+class InflightScorer(PluginBase):
     """Requests this gateway has outstanding on each pod, min-max: live, unlike scraped metrics."""
-
-    name = "inflight"
 
     def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
         return _min_max_lower_better([p.inflight for p in pods], INFLIGHT_MIN_SPAN)
 
 
-class KVCacheScorer:
+class KVCacheScorer(PluginBase):
     """KV headroom, projected: the last scraped usage plus the prompts dispatched since then.
 
     The projection needs the pod's cache size (`cache_config_info`); without it, the scraped usage.
     Pods without a KV gauge (TGI) score neutral.
     """
-
-    name = "kv_cache"
 
     def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
         kvs = [m.kv_usage if (m := p.metrics) is not None else None for p in pods]
@@ -107,34 +103,35 @@ class KVCacheScorer:
         return out
 
 
-class RawKVCacheScorer:
+class RawKVCacheScorer(PluginBase):
     """Reference shape: 1 - scraped KV usage."""
-
-    name = "kv_raw"
 
     def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
         kvs = [m.kv_usage if (m := p.metrics) is not None else None for p in pods]
         return [NEUTRAL if kv is None else (1.0 - kv if kv < 1.0 else 0.0) for kv in kvs]
 
 
-class PrefixScorer:
+class PrefixScorer(PluginBase):
     """Share of the prompt's blocks a pod likely caches, faded by that pod's load.
 
     Affinity is worth a prefill skipped, but not a queue: it falls linearly with the pod's estimated
-    queue and is gone at twice the saturation depth, and a pod over the KV threshold (about to evict
-    the very blocks we want) gets none. So a hot shared prompt spreads to a second pod once the first
-    is busy, and the second then holds the prefix too.
+    queue and is gone at `fadeDepths` (default 2) saturation depths, and a pod over the KV threshold
+    (about to evict the very blocks we want) gets none. So a hot shared prompt spreads to a second pod
+    once the first is busy, and the second then holds the prefix too. Reads the `prefix_index` plugin
+    (param `index` names another).
     """
 
-    name = "prefix"
-    fade_depths = 2.0  # affinity reaches zero at this many saturation depths of estimated queue
+    def __init__(self, name: str, params: Mapping[str, Any], handle: SchedulingHandle) -> None:
+        super().__init__(name, params, handle)
+        self.fade_depths: float = param(params, "fadeDepths", 2.0, (int, float), f"scheduling.plugins.{name}")
+        self._index = prefix_index_of(handle, params, name)
 
     def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
         n = len(pods)
-        matches = ctx.prefix_matches()
+        matches = self._index.matches(ctx)
         if not matches:
             return [0.0] * n
-        total = len(ctx.block_hashes())
+        total = len(self._index.block_hashes(ctx.request))
         fade = 1.0 / (self.fade_depths * ctx.profile.queue_depth)
         kvt = ctx.profile.kv_usage
         q = ctx.est_queue(pods)
@@ -151,38 +148,42 @@ class PrefixScorer:
         return out
 
 
-class PrefixHomeScorer:
+class PrefixHomeScorer(PluginBase):
     """The prompt prefix's home pods on a consistent-hash ring (1.0 first, 0.5 second), faded by load
-    like `prefix`. Every gateway replica computes the same homes, so replicas that share a pool
-    also share where a new prefix goes, without sharing their prefix indexes. Adapter requests score
-    0 everywhere: where an adapter is resident matters more than where a prefix would go."""
+    like `prefix`.
 
-    name = "prefix_home"
-    home_blocks = 16  # the prefix that names a home: 16 blocks, ~256 tokens (a system prompt's head)
+    Every gateway replica computes the same homes, so replicas that share a pool also share where a
+    new prefix goes, without sharing their prefix indexes. Adapter requests score 0 everywhere: where
+    an adapter is resident matters more than where a prefix would go.
 
-    def __init__(self) -> None:
+    Params: `homeBlocks` (default 16 blocks, ~256 tokens: a system prompt's head names the home),
+    `fadeDepths` (default 2). Blocks are `scheduling.prefixCache.blockChars` long.
+    """
+
+    def __init__(self, name: str, params: Mapping[str, Any], handle: SchedulingHandle) -> None:
+        super().__init__(name, params, handle)
+        where = f"scheduling.plugins.{name}"
+        self.home_blocks: int = param(params, "homeBlocks", 16, int, where)
+        self.fade_depths: float = param(params, "fadeDepths", 2.0, (int, float), where)
+        self.block_chars = handle.config.prefix_cache.block_chars
         self._ring: HashRing | None = None
-        self._ring_version = -2
 
-    def _ring_for(self, ctx: SchedulingContext, pods: list[PodState]) -> HashRing:
-        if not ctx.pool_positions:  # no pool-wide view (a bare context): the candidates themselves
-            return HashRing(p.endpoint.name for p in pods)
-        if self._ring is None or self._ring_version != ctx.pool_version:
-            if self._ring is None or not self._ring.has_members(ctx.pool_positions):
-                self._ring = HashRing(ctx.pool_positions)  # membership changed, not just a pod's labels
-            self._ring_version = ctx.pool_version
-        return self._ring
+    def on_pods_changed(self, pods: list[PodState]) -> None:
+        names = [p.endpoint.name for p in pods]
+        if self._ring is None or not self._ring.has_members(names):
+            self._ring = HashRing(names)  # membership changed, not just a pod's labels
 
     def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
         n = len(pods)
         out = [0.0] * n
-        key = prefix_key(ctx.request.prompt_text, ctx.block_chars, self.home_blocks)
+        key = prefix_key(ctx.request.prompt_text, self.block_chars, self.home_blocks)
         if key is None or ctx.is_adapter_request(pods):
             return out
-        fade = 1.0 / (PrefixScorer.fade_depths * ctx.profile.queue_depth)
+        fade = 1.0 / (self.fade_depths * ctx.profile.queue_depth)
         kvt = ctx.profile.kv_usage
         q = ctx.est_queue(pods)
-        for rank, name in enumerate(self._ring_for(ctx, pods).homes(key, 2)):
+        ring = self._ring or HashRing(p.endpoint.name for p in pods)  # never told the pool: the candidates
+        for rank, name in enumerate(ring.homes(key, 2)):
             i = ctx.position(pods, name)
             if i is None:
                 continue
@@ -194,36 +195,56 @@ class PrefixHomeScorer:
         return out
 
 
-class RawPrefixScorer:
-    """Reference shape: matched blocks / total blocks, however busy the pod is."""
+class RawPrefixScorer(PluginBase):
+    """Reference shape: matched blocks / total blocks, however busy the pod is.
 
-    name = "prefix_raw"
+    Reads the `prefix_index` plugin (param `index` names another)."""
+
+    def __init__(self, name: str, params: Mapping[str, Any], handle: SchedulingHandle) -> None:
+        super().__init__(name, params, handle)
+        self._index = prefix_index_of(handle, params, name)
 
     def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
-        matches = ctx.prefix_matches()
+        matches = self._index.matches(ctx)
         if not matches:
             return [0.0] * len(pods)
-        total = len(ctx.block_hashes())
+        total = len(self._index.block_hashes(ctx.request))
         get = matches.get
         return [get(p.endpoint.name, 0) / total for p in pods]
 
 
-class LoraScorer:
+class LoraScorer(PluginBase):
     """LoRA affinity: resident (or just sent there by this gateway) 1.0, free slot 0.8, queued for it
     0.6, must evict 0.0; 1.0 everywhere for a base-model request.
 
     An adapter is what some pod's `/v1/models` lists as one (`SchedulingContext.is_adapter_request`),
     so even its first request, before any pod has it resident, scores free slots above evictions.
+    Owns the memory of which adapter it recently sent where. Params: `memoryTtlS` (default 2.0),
+    how long "just sent there" lasts.
     """
 
-    name = "lora"
+    def __init__(self, name: str, params: Mapping[str, Any], handle: SchedulingHandle) -> None:
+        super().__init__(name, params, handle)
+        ttl: float = param(params, "memoryTtlS", 2.0, (int, float), f"scheduling.plugins.{name}")
+        self.memory = AdapterMemory(ttl_s=float(ttl))
+        self._pool = handle.pool
+        self._clock = handle.clock
+
+    def on_dispatch(self, req: LLMRequest, pod: PodState) -> None:
+        m = pod.metrics
+        cat = self._pool.catalog
+        if m is not None and m.max_lora and (cat.is_adapter(req.model) or not cat.exact):
+            self.memory.record(pod.name, req.model, self._clock())
+
+    def on_pods_changed(self, pods: list[PodState]) -> None:
+        self.memory.retain_pods({p.name for p in pods})
 
     def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
         model = ctx.request.model
         if not ctx.is_adapter_request(pods):
             return [1.0] * len(pods)
         now = ctx.now
-        recent = ctx.adapters.recent
+        recent = self.memory.recent
         out = []
         for p in pods:
             m = p.metrics

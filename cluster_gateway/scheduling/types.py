@@ -1,8 +1,8 @@
-"""The scheduling contract: a request, the context a decision is made in, and the plug-in interfaces.
+"""The scheduling contract: a request, the context a decision is made in, and the hook shapes.
 
 A decision is filters (narrow the candidate pods) → scorers (each rates every candidate 0..1) →
-a weighted sum per routing profile → a picker (ranked choice with fallbacks). Plug-ins are looked up
-by name in `registry.py`, so profiles in config can name them.
+a weighted sum per routing profile → a picker (ranked choice with fallbacks). Each of those is a
+plugin (`plugin.py`) that defines the matching hook; profiles in config name the plugins.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from cluster_gateway.pool import ModelCatalog, PodState
+from cluster_gateway.scheduling.adapter_memory import AdapterEvidence
 from cluster_gateway.scheduling.prefix_index import block_hashes
 from common.openai_request import ParsedRequest
 from common.tokens import count_tokens
 
 if TYPE_CHECKING:
-    from cluster_gateway.scheduling.adapter_memory import AdapterMemory
-    from cluster_gateway.scheduling.prefix_index import PrefixIndex
+    from cluster_gateway.scheduling.plugin import Filtered
     from cluster_gateway.scheduling.profiles import ProfileSpec
 
 PROFILE_HEADER = "x-fleetgate-profile"
@@ -83,18 +83,18 @@ class LLMRequest:
 
 @dataclass(slots=True)
 class SchedulingContext:
-    """Everything one decision needs; scorers share derived per-pod values through `memo`."""
+    """Everything one decision needs; plugins share derived per-pod values through `memo`.
+
+    `degraded` is set by the scheduler when a filter answered `Filtered(degraded=True)`, so later
+    filters can see it; plugins read it, they do not set it.
+    """
 
     request: LLMRequest
     profile: ProfileSpec
     now: float
     staleness_s: float
     dead_after_failures: int
-    prefix_index: PrefixIndex
-    block_chars: int
-    max_prefix_blocks: int
-    adapters: AdapterMemory
-    saturated: bool = False  # every candidate is saturated (the saturation filter failed open)
+    evidence: AdapterEvidence = field(default_factory=AdapterEvidence)
     degraded: bool = False  # no candidate has fresh metrics: in-flight-only scoring
     memo: dict[str, Any] = field(default_factory=dict)
     pool_positions: dict[str, int] = field(default_factory=dict)  # pod name → index in pool order
@@ -120,18 +120,9 @@ class SchedulingContext:
                 v = any(model in p.adapters for p in pods)
                 exact = all(p.catalog_exact or not p.models for p in pods)
             if not v and not exact:
-                v = self.adapters.engine_reports_adapter(model, pods, self.now)
+                v = self.evidence.engine_reports_adapter(model, pods, self.now)
             self._adapter_request = v
         return v
-
-    def block_hashes(self) -> tuple[int, ...]:
-        return self.request.block_hashes(self.block_chars, self.max_prefix_blocks)
-
-    def prefix_matches(self) -> dict[str, int]:
-        m: dict[str, int] | None = self.memo.get("prefix_matches")
-        if m is None:
-            m = self.memo["prefix_matches"] = self.prefix_index.match(self.block_hashes())
-        return m
 
     def est_queue(self, pods: list[PodState]) -> list[int]:
         """Waiting requests at the last scrape plus what this gateway sent since (the burst guard)."""
@@ -161,7 +152,7 @@ class SchedulingContext:
 class Filter(Protocol):
     name: str
 
-    def filter(self, ctx: SchedulingContext, pods: list[PodState]) -> list[PodState]: ...
+    def filter(self, ctx: SchedulingContext, pods: list[PodState]) -> list[PodState] | Filtered: ...
 
 
 class Scorer(Protocol):

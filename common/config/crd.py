@@ -199,6 +199,8 @@ class _Converter:
             out["items"] = self.node(s["items"])
         if out["type"] == "object" and isinstance(s.get("additionalProperties"), dict):
             out["additionalProperties"] = self.node(s["additionalProperties"])
+        elif out["type"] == "object":  # `dict[str, Any]` (a plugin's params): kept as written
+            out["x-kubernetes-preserve-unknown-fields"] = True
         default = s.get("default")
         if default is not None and default != {} and default != []:
             out["default"] = default

@@ -6,7 +6,7 @@ Defaults follow the Gateway API Inference Extension reference values where one e
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta, Struct
@@ -76,14 +76,30 @@ class Saturation(_Base, kw_only=True):
     kv_usage: Fraction = 0.8
 
 
+class PluginConfig(_Base, kw_only=True):
+    """One plugin instance. `type` is a built-in plugin or one a package registers in the
+    `fleetgate.plugins` entry-point group; profiles refer to the instance by `name`."""
+
+    type: str
+    name: str | None = None  # unset: the type; two instances of one type need two names
+    weight: NonNegFloat = 1.0  # a scorer's weight in profiles that list it under `plugins`
+    params: dict[str, Any] = msgspec.field(default_factory=dict)  # the plugin's own settings
+
+
 class Profile(_Base, kw_only=True):
-    """A named weight set: scorer name → weight. Unknown scorer names are rejected at startup."""
+    """A named weight set: plugin name → weight. Unknown names are rejected at startup.
+
+    A name is a plugin from `scheduling.plugins`, else a built-in plugin type of that name."""
 
     weights: dict[str, NonNegFloat] = msgspec.field(default_factory=dict)
     saturation: Saturation = msgspec.field(default_factory=Saturation)
     filters: list[str] | None = None  # None: the default filter chain
-    picker: str | None = None  # registry name; None: the profile's default (max_score)
+    picker: str | None = None  # plugin name; None: the profile's default (max_score)
     sheddable: bool = False  # requests of this objective may be shed first under overload
+    # more plugins by name: a filter joins the chain, a scorer adds its `weight`, a picker replaces `picker`
+    plugins: list[str] = msgspec.field(default_factory=list)
+    # scorers used instead of `weights` when no pod has fresh metrics; unset: the base's (inflight 1)
+    degraded_weights: dict[str, NonNegFloat] | None = None
 
 
 class PrefixCache(_Base, kw_only=True):
@@ -94,6 +110,7 @@ class PrefixCache(_Base, kw_only=True):
 
 class Scheduling(_Base, kw_only=True):
     default_profile: str = "latency"
+    plugins: list[PluginConfig] = msgspec.field(default_factory=list)  # configured plugin instances
     profiles: dict[str, Profile] = msgspec.field(default_factory=dict)
     model_profiles: dict[str, str] = msgspec.field(default_factory=dict)
     prefix_cache: PrefixCache = msgspec.field(default_factory=PrefixCache)

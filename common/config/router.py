@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta, Struct
 
+from common.config.gateway import PluginConfig
 from common.config.server import HttpServer
 
 Port = Annotated[int, Meta(ge=1, le=65535)]
@@ -111,6 +112,9 @@ class SelectionWeights(_Base, kw_only=True):
 
 class TrafficClassPolicy(_Base, kw_only=True):
     weights: SelectionWeights = msgspec.field(default_factory=SelectionWeights)
+    plugin_weights: dict[str, NonNegFloat] = msgspec.field(
+        default_factory=dict
+    )  # `selection.plugins` by name
     ttft_target_ms: PositiveFloat | None = None  # interactive: clusters predicted over it rank last
     gateway_profile: str = "latency"  # passed down as x-fleetgate-profile
 
@@ -127,6 +131,7 @@ def _default_classes() -> dict[str, TrafficClassPolicy]:
 
 class Selection(_Base, kw_only=True):
     classes: dict[str, TrafficClassPolicy] = msgspec.field(default_factory=_default_classes)
+    plugins: list[PluginConfig] = msgspec.field(default_factory=list)  # more cluster scorers
     spot_discount_risk: Annotated[float, Meta(ge=0, le=1)] = 0.1  # spot cost is inflated by this risk
     region_latency_ms: dict[str, dict[str, NonNegFloat]] = msgspec.field(default_factory=dict)
     # client region -> cluster region latency when the matrix has no entry (same region: 0)

@@ -14,7 +14,7 @@ from redis.backoff import NoBackoff
 from common.config.router import RateLimitSettings, RedisConfig, Tenant
 from common.errors import OpenAIError
 from global_router.ratelimit import LocalLimiter, RedisLimiter
-from tests.conftest import RedisServer
+from tests.procs import RedisServer
 
 
 def _client(url: str) -> aioredis.Redis:

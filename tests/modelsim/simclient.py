@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
@@ -83,10 +81,3 @@ def distinct_prompt(i: int, tokens: int) -> str:
     """A prompt of `tokens` tokens whose first block differs from every other i (no prefix sharing)."""
     head = f"request number {i:06d} "
     return (head * (4 * tokens // len(head) + 1))[: 4 * tokens]
-
-
-async def wait_until(cond: Callable[[], bool], limit_s: float = 10.0) -> None:
-    """Poll an in-process condition (engine state has no events to await)."""
-    async with asyncio.timeout(limit_s):
-        while not cond():  # noqa: ASYNC110 - engine state has no event to await
-            await asyncio.sleep(0.001)

@@ -7,7 +7,7 @@ import asyncio
 
 from modelsim.engine import Engine
 from modelsim.profiles import get_profile
-from tests.modelsim.simclient import wait_until
+from tests.eventually import eventually
 
 
 async def test_long_prefill_is_chunked_and_decodes_continue() -> None:
@@ -15,10 +15,10 @@ async def test_long_prefill_is_chunked_and_decodes_continue() -> None:
     eng.start()
     try:
         short = eng.submit("s" * 40, 200, None)
-        await wait_until(lambda: short.num_output >= 3)
+        await eventually(lambda: short.num_output >= 3, within=10.0, interval=0.001)
         steps0, out0 = eng.stats.steps_total, short.num_output
         long = eng.submit("L" * 3600, 5, None)  # 900 tokens -> 4 chunks
-        await wait_until(lambda: long.num_output >= 1)
+        await eventually(lambda: long.num_output >= 1, within=10.0, interval=0.001)
         steps = eng.stats.steps_total - steps0
         assert 4 <= steps <= 6  # 4 chunks, maybe the step that was already in flight
         assert short.num_output - out0 >= steps - 1  # one decode token every step

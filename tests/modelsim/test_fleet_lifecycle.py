@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from modelsim.fleet import PodSpec, SimFleet
-from tests.conftest import free_port
 from tests.modelsim.conftest import MODEL
+from tests.procs import free_port
 
 
 async def test_base_port_gives_consecutive_ports() -> None:

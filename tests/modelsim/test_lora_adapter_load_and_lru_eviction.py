@@ -7,7 +7,8 @@ import asyncio
 import httpx
 
 from modelsim.fleet import PodSpec, SimFleet
-from tests.modelsim.simclient import label_value, stream_completion, wait_until
+from tests.eventually import eventually
+from tests.modelsim.simclient import label_value, stream_completion
 
 LOAD_S = 0.25
 
@@ -39,7 +40,7 @@ async def test_request_waits_while_every_slot_is_in_use() -> None:
     spec = PodSpec(profile="tiny", adapters=["a", "b"], preload_adapters=["a"], max_lora=1, lora_load_s=0.05)
     async with SimFleet([spec]) as fleet, httpx.AsyncClient(base_url=fleet.urls[0], timeout=30) as cl:
         first = asyncio.create_task(stream_completion(cl, "long one", 40, model="a"))
-        await wait_until(lambda: bool(fleet.pods[0].engine.running))
+        await eventually(lambda: bool(fleet.pods[0].engine.running), within=10.0, interval=0.001)
         second = asyncio.create_task(stream_completion(cl, "short", 2, model="b"))
         await asyncio.sleep(0.05)
         body = (await cl.get("/metrics")).text

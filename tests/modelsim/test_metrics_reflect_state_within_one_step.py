@@ -9,13 +9,14 @@ import pytest
 
 from modelsim.engine import Engine
 from modelsim.fleet import PodSpec, SimFleet
+from tests.eventually import eventually
 from tests.modelsim.conftest import MODEL
-from tests.modelsim.simclient import distinct_prompt, metric, wait_until
+from tests.modelsim.simclient import distinct_prompt, metric
 
 
 async def _after_steps(engine: Engine, n: int) -> None:
     target = engine.stats.steps_total + n
-    await wait_until(lambda: engine.stats.steps_total >= target)
+    await eventually(lambda: engine.stats.steps_total >= target, within=10.0, interval=0.001)
 
 
 async def _post(c: httpx.AsyncClient, i: int) -> None:
@@ -28,7 +29,7 @@ async def test_gauges_track_admission_and_client_disconnects() -> None:
     async with SimFleet([PodSpec(profile="tiny")]) as fleet, httpx.AsyncClient(base_url=fleet.urls[0]) as c:
         eng = fleet.pods[0].engine
         tasks = [asyncio.create_task(_post(c, i)) for i in range(12)]
-        await wait_until(lambda: len(eng.running) + len(eng.waiting) == 12)
+        await eventually(lambda: len(eng.running) + len(eng.waiting) == 12, within=10.0, interval=0.001)
         await _after_steps(eng, 1)
         body = (await c.get("/metrics")).text
         assert metric(body, "vllm:num_requests_running", model_name=MODEL) == 8  # tiny: max_num_seqs 8
@@ -74,7 +75,7 @@ async def test_other_engine_formats(fmt: str) -> None:
     async with fleet, httpx.AsyncClient(base_url=fleet.urls[0]) as c:
         eng = fleet.pods[0].engine
         tasks = [asyncio.create_task(_post(c, i)) for i in range(10)]
-        await wait_until(lambda: len(eng.running) + len(eng.waiting) == 10)
+        await eventually(lambda: len(eng.running) + len(eng.waiting) == 10, within=10.0, interval=0.001)
         await _after_steps(eng, 1)
         body = (await c.get("/metrics")).text
         for t in tasks:

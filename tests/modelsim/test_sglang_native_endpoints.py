@@ -7,8 +7,9 @@ import asyncio
 import httpx
 
 from modelsim.fleet import PodSpec, SimFleet
+from tests.eventually import eventually
 from tests.modelsim.conftest import MODEL
-from tests.modelsim.simclient import distinct_prompt, stream_completion, wait_until
+from tests.modelsim.simclient import distinct_prompt, stream_completion
 
 SGLANG_ONLY = (
     "/model_info",
@@ -50,7 +51,7 @@ async def test_get_load_counts_running_waiting_and_tokens() -> None:
         idle = (await c.get("/get_load")).json()
         eng = fleet.pods[0].engine
         tasks = [asyncio.create_task(stream_completion(c, distinct_prompt(i, 100), 20)) for i in range(3)]
-        await wait_until(lambda: len(eng.running) == 1 and len(eng.waiting) == 2)
+        await eventually(lambda: len(eng.running) == 1 and len(eng.waiting) == 2, within=10.0, interval=0.001)
         busy = (await c.get("/get_load")).json()
         await asyncio.gather(*tasks)
 
@@ -71,7 +72,7 @@ async def test_health_generate_runs_one_token_and_flush_cache_waits_for_idle() -
         prompt = distinct_prompt(7, 200)
         await stream_completion(c, prompt, 1)
         busy_task = asyncio.create_task(stream_completion(c, distinct_prompt(8, 100), 30))
-        await wait_until(lambda: bool(eng.running))
+        await eventually(lambda: bool(eng.running), within=10.0, interval=0.001)
         refused = await c.post("/flush_cache")
         await busy_task
         flushed = await c.post("/flush_cache")

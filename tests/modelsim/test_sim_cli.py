@@ -12,7 +12,7 @@ import pytest
 
 from common.config.loader import ConfigError
 from modelsim.cli import add_arguments, build_specs
-from tests.fleetgate_process import fleetgate
+from tests.procs import fleetgate
 
 
 def test_serves_pods_logs_addresses_and_stops_on_sigterm() -> None:

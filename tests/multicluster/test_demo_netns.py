@@ -12,7 +12,7 @@ import pytest
 
 from fleetgate.netbed import netns
 from fleetgate.netbed.bed import MODEL
-from tests.fleetgate_process import fleetgate
+from tests.procs import fleetgate
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(150)]
 

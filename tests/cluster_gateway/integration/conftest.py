@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -13,6 +12,7 @@ from cluster_gateway.gateway import ClusterGateway
 from common.config.gateway import GatewaySpec
 from common.config.loader import load_config_data
 from modelsim.fleet import PodSpec, SimFleet
+from tests.eventually import eventually
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
@@ -37,13 +37,12 @@ def gateway_spec(urls: list[str], **overrides: Any) -> GatewaySpec:
 
 async def wait_ready(gw: ClusterGateway, n_pods: int, within_s: float = 10.0) -> None:
     """Until every pod has fresh metrics and a model list (routing can use all of them)."""
-    deadline = asyncio.get_running_loop().time() + within_s
-    while asyncio.get_running_loop().time() < deadline:
+
+    def ready() -> bool:
         pods = gw.pool.pods()
-        if len(pods) == n_pods and all(not p.stale and p.models for p in pods):
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"gateway not ready: {[(p.name, p.stale, p.models) for p in gw.pool.pods()]}")
+        return len(pods) == n_pods and all(not p.stale and p.models for p in pods)
+
+    await eventually(ready, within=within_s, what=f"{n_pods} pods with fresh metrics and model lists")
 
 
 @contextlib.asynccontextmanager

@@ -8,6 +8,7 @@ import time
 import httpx
 
 from cluster_gateway.gateway import ClusterGateway
+from tests.eventually import eventually
 
 from .conftest import MODEL, chat, running, tiny
 
@@ -19,11 +20,11 @@ async def saturate(url: str, n: int = 24) -> tuple[httpx.AsyncClient, list[async
 
 
 async def until_saturated(gw: ClusterGateway, within_s: float = 5.0) -> None:
-    for _ in range(int(within_s / 0.02)):
-        if all(p.metrics is not None and p.metrics.waiting >= 5 for p in gw.pool.pods()):
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("pods never saturated")
+    await eventually(
+        lambda: all(p.metrics is not None and p.metrics.waiting >= 5 for p in gw.pool.pods()),
+        within=within_s,
+        what="pods saturated",
+    )
 
 
 async def test_saturated_requests_wait_then_are_shed_with_retry_after() -> None:
@@ -110,11 +111,8 @@ async def test_a_client_that_gives_up_while_queued_frees_its_queue_slot() -> Non
                     pass
                 else:
                     raise AssertionError("expected the client to time out while queued")
-            for _ in range(100):
-                if len(gw.admission) == 0:
-                    break
-                await asyncio.sleep(0.02)
-            assert len(gw.admission) == 0  # not held until the 20 s queue deadline
+            # freed when the client leaves, not held until the 20 s queue deadline
+            await eventually(lambda: len(gw.admission) == 0, within=5.0, what="queue slot freed")
             assert 'outcome="cancelled"' in (await c.get("/metrics")).text
         finally:
             for t in load:

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from modelsim.fleet import PodSpec, SimFleet
-from tests.fleetgate_process import fleetgate
+from tests.procs import fleetgate
 
 from .conftest import chat
 

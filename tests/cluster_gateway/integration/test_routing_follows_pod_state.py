@@ -8,6 +8,7 @@ import collections
 import httpx
 
 from cluster_gateway.gateway import ClusterGateway
+from tests.eventually import eventually
 
 from .conftest import MODEL, chat, running, tiny
 
@@ -31,12 +32,11 @@ async def flood(
 
 
 async def wait_for_load(gw: ClusterGateway, name: str, within_s: float = 5.0) -> None:
-    for _ in range(int(within_s / 0.02)):
+    def queued() -> bool:
         pod = gw.pool.get(name)
-        if pod is not None and pod.metrics is not None and pod.metrics.waiting >= 3:
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"pod {name} never showed a queue")
+        return pod is not None and pod.metrics is not None and pod.metrics.waiting >= 3
+
+    await eventually(queued, within=within_s, what=f"pod {name} shows a queue")
 
 
 async def test_a_pod_with_a_deep_queue_and_full_kv_cache_gets_fewer_requests() -> None:

@@ -14,7 +14,7 @@ from cluster_gateway.k8s.reflector import WatchTimings
 from common.config.gateway import CRD_GROUP, CRD_KIND, CRD_PLURAL, CRD_VERSION
 from common.config.loader import ConfigError
 from tests.cluster_gateway.k8s.fake_apiserver import FakeApiServer, custom_collection
-from tests.cluster_gateway.k8s.waiting import eventually
+from tests.eventually import eventually
 
 GATEWAYS = custom_collection(CRD_GROUP, CRD_VERSION, CRD_PLURAL)
 FAST = WatchTimings(min_watch_s=30, backoff_initial_s=0.02, backoff_max_s=0.2, early_end_s=0.2)

@@ -11,7 +11,7 @@ import yaml
 
 from common.config.gateway import CRD_GROUP, CRD_KIND, CRD_PLURAL, CRD_VERSION
 from tests.cluster_gateway.k8s.fake_apiserver import FakeApiServer, custom_collection
-from tests.cluster_gateway.k8s.waiting import eventually
+from tests.eventually import eventually
 
 GATEWAYS = custom_collection(CRD_GROUP, CRD_VERSION, CRD_PLURAL)
 

@@ -19,7 +19,7 @@ from cluster_gateway.k8s.status_loop import (
 from cluster_gateway.pool import Endpoint, EndpointPool, PodMetrics
 from common.config.gateway import CRD_GROUP, CRD_KIND, CRD_PLURAL, CRD_VERSION
 from tests.cluster_gateway.k8s.fake_apiserver import FakeApiServer, custom_collection
-from tests.cluster_gateway.k8s.waiting import eventually
+from tests.eventually import eventually
 
 GATEWAYS = custom_collection(CRD_GROUP, CRD_VERSION, CRD_PLURAL)
 

@@ -15,7 +15,7 @@ from cluster_gateway.k8s.status import MERGE_PATCH, StatusReporter
 from common.config.crd import GatewayStatus
 from common.config.gateway import CRD_GROUP, CRD_KIND, CRD_PLURAL, CRD_VERSION
 from tests.cluster_gateway.k8s.fake_apiserver import FakeApiServer, RecordedRequest, custom_collection
-from tests.cluster_gateway.k8s.waiting import eventually
+from tests.eventually import eventually
 
 GATEWAYS = custom_collection(CRD_GROUP, CRD_VERSION, CRD_PLURAL)
 SPEC = {"discovery": {"static": {"endpoints": ["http://10.0.0.1:8000"]}}}

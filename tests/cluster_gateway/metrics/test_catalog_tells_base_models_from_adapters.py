@@ -9,11 +9,10 @@ import pytest
 
 from cluster_gateway.metrics.served_models import parse_models_list, parse_tgi_info
 from cluster_gateway.pool import Endpoint, EndpointPool, PodState
+from modelsim import fleet as fleet_mod
 
 from .fake_pods import FakePod, running
 from .sim_pool import read_pods_once, sim_pool
-
-fleet_mod = pytest.importorskip("modelsim.fleet")
 
 
 def _state(pool: EndpointPool, name: str) -> PodState:

@@ -3,24 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 
 import httpx
-import pytest
 
 from cluster_gateway.metrics.scraper import Scraper
 from cluster_gateway.pool import Endpoint, EndpointPool
 from common.config.gateway import Scrape
-
-fleet_mod = pytest.importorskip("modelsim.fleet")
-
-
-async def _until(cond: Callable[[], bool], within_s: float = 5.0) -> None:
-    start = time.monotonic()
-    while not cond():
-        assert time.monotonic() - start < within_s, "condition not reached in time"
-        await asyncio.sleep(0.02)
+from modelsim import fleet as fleet_mod
+from tests.eventually import eventually
 
 
 async def test_scraper_follows_simulated_vllm_sglang_and_tgi_pods() -> None:
@@ -41,7 +31,9 @@ async def test_scraper_follows_simulated_vllm_sglang_and_tgi_pods() -> None:
         try:
             states = [pool.get(f"sim-{i}") for i in range(3)]
             assert all(s is not None for s in states)
-            await _until(lambda: all(s is not None and s.metrics is not None and s.models for s in states))
+            await eventually(
+                lambda: all(s is not None and s.metrics is not None and s.models for s in states)
+            )
             engines = [s.metrics.engine for s in states if s is not None and s.metrics is not None]
             assert engines == ["vllm", "sglang", "tgi"]
             vllm_state = states[0]
@@ -59,7 +51,7 @@ async def test_scraper_follows_simulated_vllm_sglang_and_tgi_pods() -> None:
                         timeout=30,
                     )
                 )
-                await _until(
+                await eventually(
                     lambda: (
                         vllm_state.metrics is not None
                         and vllm_state.metrics.running + vllm_state.metrics.waiting >= 1
@@ -67,13 +59,13 @@ async def test_scraper_follows_simulated_vllm_sglang_and_tgi_pods() -> None:
                 )
                 assert "sql" in vllm_state.metrics.running_adapters | vllm_state.metrics.waiting_adapters
                 assert (await request).status_code == 200
-            await _until(lambda: vllm_state.metrics is not None and vllm_state.metrics.running == 0)
+            await eventually(lambda: vllm_state.metrics is not None and vllm_state.metrics.running == 0)
 
             # A crashed pod goes stale; the others stay fresh.
             fleet.set_fault(1, "crash")
             sglang_state = states[1]
             assert sglang_state is not None
-            await _until(lambda: sglang_state.stale)
+            await eventually(lambda: sglang_state.stale)
             assert not vllm_state.stale and states[2] is not None and not states[2].stale
         finally:
             task.cancel()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx
@@ -15,20 +15,11 @@ from cluster_gateway.pool import Endpoint, EndpointPool
 from common.config.gateway import Scrape
 from tests.cluster_gateway.metrics.bodies import ModelLoad, VllmState, sglang_body, tgi_body, vllm_body
 from tests.cluster_gateway.metrics.fake_pods import FakePod, running
+from tests.eventually import eventually
 
 
 def _vllm(waiting: int, running_: int = 1, kv: float = 0.5) -> bytes:
     return vllm_body(VllmState(models={"llama": ModelLoad(waiting, running_, kv)}))
-
-
-async def _until(cond: Callable[[], bool], within_s: float = 3.0) -> float:
-    """Wait for `cond`; returns the seconds it took (fails the test on timeout)."""
-    start = time.monotonic()
-    while not cond():
-        if time.monotonic() - start > within_s:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
-    return time.monotonic() - start
 
 
 @asynccontextmanager
@@ -55,11 +46,11 @@ async def test_metrics_and_models_reach_the_pool_and_follow_changes_within_an_in
         async with scraping(scraper):
             state = pool.get("p0")
             assert state is not None
-            await _until(lambda: state.metrics is not None and state.models != frozenset())
+            await eventually(lambda: state.metrics is not None and state.models != frozenset())
             assert state.metrics is not None and state.metrics.waiting == 2 and not state.stale
             assert state.models == {"llama", "sql-lora"} and state.metrics.engine == "vllm"
             pod.body = _vllm(waiting=9, kv=0.9)
-            took = await _until(lambda: state.metrics is not None and state.metrics.waiting == 9)
+            took = await eventually(lambda: state.metrics is not None and state.metrics.waiting == 9)
             assert took < 1.0  # one 50 ms interval, with a wide margin for a busy CPU
             assert state.metrics.kv_usage == 0.9
             assert abs(time.monotonic() - state.metrics.scraped_at) < 1.0
@@ -111,7 +102,7 @@ async def test_a_hung_pod_neither_delays_the_others_nor_looks_fresh() -> None:
             assert fast.metrics_hits - start_hits >= 8
             assert not fast_state.stale and fast_state.metrics_age() < 0.5
             fast.body = _vllm(waiting=5)
-            await _until(lambda: fast_state.metrics is not None and fast_state.metrics.waiting == 5, 1.0)
+            await eventually(lambda: fast_state.metrics is not None and fast_state.metrics.waiting == 5, 1.0)
 
 
 async def test_pods_added_and_removed_by_discovery_are_picked_up_on_the_fly() -> None:
@@ -122,9 +113,9 @@ async def test_pods_added_and_removed_by_discovery_are_picked_up_on_the_fly() ->
         pool.set_endpoints([a.endpoint()])
         scraper = Scraper(pool, Scrape(interval_ms=50, models_refresh_s=60))
         async with scraping(scraper):
-            await _until(lambda: (s := pool.get("a")) is not None and s.metrics is not None)
+            await eventually(lambda: (s := pool.get("a")) is not None and s.metrics is not None)
             pool.upsert(b.endpoint())  # engine unknown: detected from the body
-            took = await _until(
+            took = await eventually(
                 lambda: (s := pool.get("b")) is not None and s.metrics is not None and bool(s.models)
             )
             assert took < 1.5
@@ -149,9 +140,9 @@ async def test_models_are_refreshed_periodically_and_tgi_info_is_a_fallback() ->
         async with scraping(scraper):
             v, t = pool.get("v"), pool.get("t")
             assert v is not None and t is not None
-            await _until(lambda: v.models == {"llama"} and t.models == {"bigscience/bloom"})
+            await eventually(lambda: v.models == {"llama"} and t.models == {"bigscience/bloom"})
             vllm_pod.models = ["llama", "new-adapter"]
-            took = await _until(lambda: v.models == {"llama", "new-adapter"})
+            took = await eventually(lambda: v.models == {"llama", "new-adapter"})
             assert took < 1.5
             assert t.metrics is not None and (t.metrics.waiting, t.metrics.running) == (2, 5)
             assert t.metrics.kv_usage is None
@@ -229,8 +220,8 @@ async def test_a_pod_that_moves_to_a_new_address_is_followed() -> None:
         async with scraping(scraper):
             state = pool.get("pod")
             assert state is not None
-            await _until(lambda: state.metrics is not None and state.metrics.engine == "vllm")
+            await eventually(lambda: state.metrics is not None and state.metrics.engine == "vllm")
             # Same pod name, new address and a different engine (re-detected from the body).
             pool.set_endpoints([Endpoint(name="pod", address="127.0.0.1", port=new.port)])
-            await _until(lambda: state.metrics is not None and state.metrics.engine == "tgi")
+            await eventually(lambda: state.metrics is not None and state.metrics.engine == "tgi")
             assert state.metrics is not None and state.metrics.waiting == 6

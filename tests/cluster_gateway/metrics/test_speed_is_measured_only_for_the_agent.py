@@ -4,13 +4,11 @@ without an agent keeps its scrapes at the gauges' cost."""
 from __future__ import annotations
 
 import httpx
-import pytest
 
 from cluster_gateway.metrics.scraper import Scraper
 from cluster_gateway.pool import Endpoint, EndpointPool
 from common.config.gateway import Scrape
-
-fleet_mod = pytest.importorskip("modelsim.fleet")
+from modelsim import fleet as fleet_mod
 
 
 async def _scrape_after_one_request(measure_speed: bool) -> EndpointPool:

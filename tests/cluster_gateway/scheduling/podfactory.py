@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable
+from typing import Any
 
 from cluster_gateway.pool import Endpoint, EndpointPool, EngineType, PodMetrics, PodState
-from cluster_gateway.scheduling import LLMRequest, Scheduler
-from common.config.gateway import Scheduling
+from cluster_gateway.scheduling import LLMRequest, Scheduler, SchedulingHandle
+from cluster_gateway.scheduling.registry import PluginSet
+from common.config.gateway import PluginConfig, Scheduling
 
 NOW = 1000.0
 MODEL = "llama-8b"
@@ -105,3 +107,24 @@ def dispatch(pool: EndpointPool, sched: Scheduler, r: LLMRequest) -> str:
     pool.acquire(res.pod.name)
     sched.on_dispatch(r, res.pod)
     return res.pod.name
+
+
+def plugin(
+    type_name: str,
+    pool: EndpointPool | None = None,
+    *,
+    params: dict[str, Any] | None = None,
+    seed: int = 1,
+    clock: Clock | None = None,
+) -> Any:
+    """One plugin built the way a scheduler builds it (`factory(name, params, handle)`), told the pool."""
+    pool = pool if pool is not None else EndpointPool()
+    cfg = Scheduling(plugins=[PluginConfig(type=type_name, params=params or {})])
+    handle = SchedulingHandle(pool, cfg, clock or Clock(), random.Random(seed), 3)
+    built = PluginSet(cfg, handle)
+    wanted = built.get(type_name, "test")
+    for p in built.seal():
+        hook = getattr(p, "on_pods_changed", None)
+        if hook is not None:
+            hook(pool.pods())
+    return wanted

@@ -88,7 +88,8 @@ def test_departed_pods_are_forgotten_by_the_prefix_index() -> None:
     s = scheduler(pool)
     dispatch(pool, s, req("x" * 640))
     dispatch(pool, s, req("y" * 640))
-    assert sorted(s.prefix_index.pods()) == ["a", "b"]
+    index = s.plugin("prefix_index").index  # type: ignore[attr-defined]
+    assert sorted(index.pods()) == ["a", "b"]
     pool.remove("a")
     s.schedule(req())
-    assert s.prefix_index.pods() == ["b"]
+    assert index.pods() == ["b"]

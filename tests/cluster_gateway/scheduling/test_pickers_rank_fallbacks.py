@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from collections import Counter
 
 import pytest
@@ -10,8 +9,11 @@ import pytest
 from cluster_gateway.pool import EndpointPool
 from cluster_gateway.scheduling import registry
 from cluster_gateway.scheduling.pickers import MAX_RANKED
+from common.plugins import has_hook
 
-from .podfactory import add_pod, req, scheduler
+from .podfactory import add_pod, plugin, req, scheduler
+
+PICKERS = sorted(t for t in registry.BUILTIN if has_hook(plugin(t), "pick"))
 
 
 def _scored(n: int) -> list[tuple[object, float]]:
@@ -20,9 +22,13 @@ def _scored(n: int) -> list[tuple[object, float]]:
     return [(p, i / n) for i, p in enumerate(pods)]
 
 
-@pytest.mark.parametrize("name", sorted(registry.PICKERS))
+def test_the_builtin_pickers_are_found_by_their_hook() -> None:
+    assert PICKERS == ["max_score", "power_of_two", "round_robin", "weighted_random"]
+
+
+@pytest.mark.parametrize("name", PICKERS)
 def test_every_picker_ranks_distinct_pods_with_fallbacks(name: str) -> None:
-    picker = registry.PICKERS[name](random.Random(1))
+    picker = plugin(name, seed=1)
     scored = _scored(30)
     ranked = picker.pick(None, scored)  # type: ignore[arg-type]
     assert len(ranked) == MAX_RANKED
@@ -30,7 +36,7 @@ def test_every_picker_ranks_distinct_pods_with_fallbacks(name: str) -> None:
 
 
 def test_max_score_ranks_by_score() -> None:
-    picker = registry.PICKERS["max_score"](random.Random(1))
+    picker = plugin("max_score", seed=1)
     ranked = picker.pick(None, _scored(12))  # type: ignore[arg-type]
     assert [p.name for p in ranked] == [f"p{i}" for i in range(11, 1, -1)]
 
@@ -46,7 +52,7 @@ def test_ties_are_broken_at_random() -> None:
 
 
 def test_power_of_two_prefers_the_better_of_its_sample() -> None:
-    picker = registry.PICKERS["power_of_two"](random.Random(5))
+    picker = plugin("power_of_two", seed=5)
     scored = _scored(10)
     firsts = Counter(picker.pick(None, scored)[0].name for _ in range(500))  # type: ignore[arg-type]
     assert firsts["p9"] > firsts["p0"]

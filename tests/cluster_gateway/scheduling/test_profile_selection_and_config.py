@@ -102,5 +102,7 @@ def test_bad_scheduling_config_names_the_field(scheduling: dict[str, object], fi
 
 
 def test_unknown_scorer_error_lists_the_known_ones() -> None:
-    with pytest.raises(ConfigError, match=r"unknown scorer 'vibes' \(known: .*kv_cache.*prefix.*queue"):
+    with pytest.raises(
+        ConfigError, match=r"unknown scheduling plugin 'vibes' \(known: .*kv_cache.*prefix.*queue"
+    ):
         scheduler(_pool(), Scheduling(profiles={"x": Profile(weights={"vibes": 1.0})}))

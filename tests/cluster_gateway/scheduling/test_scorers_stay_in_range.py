@@ -8,12 +8,11 @@ import pytest
 
 from cluster_gateway.pool import EndpointPool
 from cluster_gateway.scheduling import registry
-from cluster_gateway.scheduling.adapter_memory import AdapterMemory
-from cluster_gateway.scheduling.prefix_index import PrefixIndex
 from cluster_gateway.scheduling.profiles import BUILTIN_PROFILES
 from cluster_gateway.scheduling.types import SchedulingContext
+from common.plugins import has_hook
 
-from .podfactory import MODEL, NOW, add_pod, req
+from .podfactory import MODEL, NOW, add_pod, plugin, req
 
 ADAPTERS = ["a1", "a2", "a3"]
 
@@ -42,28 +41,33 @@ def _random_pool(rng: random.Random, n: int) -> EndpointPool:
     return pool
 
 
+SCORERS = sorted(t for t in registry.BUILTIN if has_hook(plugin(t), "score"))
+
+
 @pytest.mark.parametrize("seed", range(5))
-@pytest.mark.parametrize("scorer_name", sorted(registry.SCORERS))
+@pytest.mark.parametrize("scorer_name", SCORERS)
 def test_scores_are_within_unit_range(scorer_name: str, seed: int) -> None:
     rng = random.Random(seed)
     pool = _random_pool(rng, rng.randint(1, 40))
-    index = PrefixIndex(1000)
+    scorer = plugin(scorer_name, pool)
     pods = pool.pods()
     text = "shared prefix " * 100
     for p in rng.sample(pods, min(3, len(pods))):
-        index.add(p.name, req(text[: rng.randint(64, len(text))]).block_hashes(64, 256))
+        # what a dispatch teaches the plugins (the prefix index, the adapter memory)
+        for hook in (
+            getattr(scorer, "on_dispatch", None),
+            getattr(getattr(scorer, "_index", None), "on_dispatch", None),
+        ):
+            if hook is not None:
+                hook(req(text[: rng.randint(64, len(text))], model=rng.choice([MODEL, *ADAPTERS])), p)
     r = req(text + "tail", model=rng.choice([MODEL, *ADAPTERS]))
     ctx = SchedulingContext(
-        request=r,
-        profile=BUILTIN_PROFILES["latency"],
-        now=NOW,
-        staleness_s=0.2,
-        dead_after_failures=3,
-        prefix_index=index,
-        block_chars=64,
-        max_prefix_blocks=256,
-        adapters=AdapterMemory(),
+        request=r, profile=BUILTIN_PROFILES["latency"], now=NOW, staleness_s=0.2, dead_after_failures=3
     )
-    scores = registry.SCORERS[scorer_name]().score(ctx, pods)
+    scores = scorer.score(ctx, pods)
     assert len(scores) == len(pods)
     assert all(-1e-9 <= s <= 1.0 + 1e-9 for s in scores), scores
+
+
+def test_every_builtin_scorer_is_covered() -> None:
+    assert len(SCORERS) == 10 and "prefix" in SCORERS and "lora" in SCORERS

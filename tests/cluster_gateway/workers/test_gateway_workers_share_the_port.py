@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from modelsim.fleet import PodSpec, SimFleet
-from tests.fleetgate_process import fleetgate
+from tests.procs import fleetgate
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 

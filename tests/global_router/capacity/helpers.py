@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from cluster_gateway.agent.client import CapacityAgent
@@ -16,7 +15,7 @@ from common.proto.fleetgate.v1 import capacity_pb2
 from global_router.agent_auth import hash_token
 from global_router.capacity_server import CapacityServer
 from global_router.fleet_view import FleetView, MemoryFleetView
-from tests.agent.pools import add_pod, make_spec
+from tests.cluster_gateway.agent.pools import add_pod, make_spec
 
 TOKEN_A = "agent-a-token-1234"
 TOKEN_B = "agent-b-token-5678"
@@ -34,14 +33,6 @@ def server_config(port: int = 0, *, interval_ms: int = 1000, **kw: Any) -> Capac
     return CapacityServerConfig(
         host="127.0.0.1", port=port, report_interval_ms=interval_ms, agents=agents, **kw
     )
-
-
-async def wait_for(cond: Callable[[], object], within: float = 5.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + within
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 @contextlib.asynccontextmanager

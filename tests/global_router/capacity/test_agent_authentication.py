@@ -11,6 +11,7 @@ import pytest
 from common.config.router import AgentAuth
 from common.proto.fleetgate.v1 import capacity_pb2, capacity_pb2_grpc
 from global_router.agent_auth import AgentAuthenticator, AuthError, bearer_token, hash_token
+from tests.eventually import eventually
 from tests.global_router.capacity.helpers import (
     TOKEN_A,
     TOKEN_B,
@@ -18,7 +19,6 @@ from tests.global_router.capacity.helpers import (
     running_agent,
     running_server,
     sample_pool,
-    wait_for,
 )
 
 
@@ -69,7 +69,7 @@ async def test_a_real_agent_with_a_wrong_token_never_connects() -> None:
         running_server() as (_, port, fleet),
         running_agent(port, sample_pool(), token="wrong-token") as agent,
     ):
-        await wait_for(lambda: agent.last_error is not None, what="refusal")
+        await eventually(lambda: agent.last_error is not None, what="refusal")
         await asyncio.sleep(0.3)
         assert not agent.connected
         assert "UNAUTHENTICATED" in (agent.last_error or "")
@@ -82,7 +82,7 @@ async def test_a_real_agent_claiming_another_cluster_is_refused() -> None:
         running_server() as (_, port, fleet),
         running_agent(port, sample_pool(), token=TOKEN_A, cluster_id="c-b") as agent,
     ):
-        await wait_for(lambda: "PERMISSION_DENIED" in (agent.last_error or ""), what="refusal")
+        await eventually(lambda: "PERMISSION_DENIED" in (agent.last_error or ""), what="refusal")
         assert fleet.get("c-b") is None
 
 

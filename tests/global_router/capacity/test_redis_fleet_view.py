@@ -16,8 +16,10 @@ from redis.backoff import NoBackoff
 
 from common.proto.fleetgate.v1 import capacity_pb2_grpc
 from global_router.fleet_view import ClusterState, FleetViewError, RedisFleetView, state_from_report
-from tests.conftest import RedisServer, free_port, start_redis
-from tests.global_router.capacity.helpers import TOKEN_A, report, running_server, wait_for
+from tests.conftest import start_redis
+from tests.eventually import eventually
+from tests.global_router.capacity.helpers import TOKEN_A, report, running_server
+from tests.procs import RedisServer, free_port
 
 
 def state(cluster_id: str = "c-a", seq: int = 1) -> ClusterState:
@@ -47,12 +49,12 @@ async def test_a_report_published_through_one_replica_is_seen_by_another(redis_s
     async with view(redis_server.url) as a, view(redis_server.url) as b:
         await a.publish(state("c-a", seq=3))
         assert a.get("c-a") is not None  # the writer sees it at once, without I/O
-        await wait_for(lambda: b.get("c-a") is not None, within=3.0, what="replica b sees c-a")
+        await eventually(lambda: b.get("c-a") is not None, within=3.0, what="replica b sees c-a")
         got = b.get("c-a")
         assert got is not None and got.seq == 3 and got.models["m"].headroom_requests == 3
         assert got.models["m"].gpu_tokens_per_s == 750.0  # the cost-per-token input crosses replicas
         await b.publish(state("c-b", seq=1))
-        await wait_for(lambda: {s.cluster_id for s in a.snapshot()} == {"c-a", "c-b"}, what="a sees both")
+        await eventually(lambda: {s.cluster_id for s in a.snapshot()} == {"c-a", "c-b"}, what="a sees both")
 
 
 async def test_a_replica_started_later_converges_by_rescan(redis_server: RedisServer) -> None:
@@ -65,26 +67,28 @@ async def test_a_replica_started_later_converges_by_rescan(redis_server: RedisSe
 async def test_router_drain_is_shared_between_replicas(redis_server: RedisServer) -> None:
     async with view(redis_server.url) as a, view(redis_server.url) as b:
         await a.publish(state("c-a"))
-        await wait_for(lambda: b.get("c-a") is not None, what="b sees c-a")
+        await eventually(lambda: b.get("c-a") is not None, what="b sees c-a")
         await a.set_router_drain("c-a", True)
-        await wait_for(lambda: b.router_drained("c-a") and b.get("c-a").router_drain, what="b sees the drain")  # type: ignore[union-attr]
+        await eventually(
+            lambda: b.router_drained("c-a") and b.get("c-a").router_drain, what="b sees the drain"
+        )  # type: ignore[union-attr]
         await a.publish(state("c-a", seq=2))  # a new report keeps the operator's drain
-        await wait_for(lambda: b.get("c-a").seq == 2, what="b sees seq 2")  # type: ignore[union-attr]
+        await eventually(lambda: b.get("c-a").seq == 2, what="b sees seq 2")  # type: ignore[union-attr]
         assert b.get("c-a").router_drain is True  # type: ignore[union-attr]
         await b.set_router_drain("c-a", False)
-        await wait_for(lambda: not a.router_drained("c-a"), what="a sees the undrain")
+        await eventually(lambda: not a.router_drained("c-a"), what="a sees the undrain")
 
 
 async def test_a_silent_cluster_disappears_when_its_key_expires(redis_server: RedisServer) -> None:
     async with view(redis_server.url, ttl_s=0.6) as a, view(redis_server.url, ttl_s=0.6) as b:
         await a.publish(state("c-silent"))
-        await wait_for(lambda: b.get("c-silent") is not None, what="b sees it")
+        await eventually(lambda: b.get("c-silent") is not None, what="b sees it")
         probe = aioredis.Redis.from_url(redis_server.url)
         try:
             assert 0 < await probe.pttl("test:cluster:c-silent") <= 600
         finally:
             await probe.aclose()
-        await wait_for(
+        await eventually(
             lambda: a.get("c-silent") is None and b.get("c-silent") is None,
             within=3.0,
             what="expiry everywhere",
@@ -96,7 +100,7 @@ async def test_redis_outage_keeps_the_local_cache_and_the_view_recovers(tmp_path
     try:
         async with view(srv.url, ttl_s=30.0) as a, view(srv.url, ttl_s=30.0) as b:
             await a.publish(state("c-a"))
-            await wait_for(lambda: b.get("c-a") is not None, what="b sees c-a")
+            await eventually(lambda: b.get("c-a") is not None, what="b sees c-a")
             port = srv.port
             srv.stop()  # Redis is gone
             await a.publish(state("c-a", seq=2))  # must not raise
@@ -109,8 +113,8 @@ async def test_redis_outage_keeps_the_local_cache_and_the_view_recovers(tmp_path
             assert not a.router_drained("c-a")
             srv = _restart_redis_on(port, tmp_path)  # an empty Redis comes back
             await a.publish(state("c-a", seq=3))
-            await wait_for(lambda: a.redis_ok, within=5.0, what="a reconnects")
-            await wait_for(lambda: b.get("c-a").seq == 3, within=5.0, what="b converges")  # type: ignore[union-attr]
+            await eventually(lambda: a.redis_ok, within=5.0, what="a reconnects")
+            await eventually(lambda: b.get("c-a").seq == 3, within=5.0, what="b converges")  # type: ignore[union-attr]
             assert b.redis_ok
     finally:
         srv.stop()
@@ -133,7 +137,7 @@ async def test_capacity_server_publishes_through_redis_to_a_second_replica(redis
             await call.write(report("c-a", seq=4))
             await call.read()
             await call.done_writing()
-        await wait_for(lambda: b.get("c-a") is not None, what="replica b sees the report")
+        await eventually(lambda: b.get("c-a") is not None, what="replica b sees the report")
         assert b.get("c-a").seq == 4  # type: ignore[union-attr]
 
 
@@ -148,9 +152,9 @@ async def test_a_replica_started_while_redis_is_down_serves_locally_and_joins_la
         try:
             async with view(url) as b:
                 await a.publish(state("c-a", seq=2))
-                await wait_for(lambda: a.redis_ok, within=5.0, what="a reaches Redis")
-                await wait_for(lambda: b.get("c-a") is not None, within=5.0, what="b sees c-a")
+                await eventually(lambda: a.redis_ok, within=5.0, what="a reaches Redis")
+                await eventually(lambda: b.get("c-a") is not None, within=5.0, what="b sees c-a")
                 await b.publish(state("c-b", seq=1))
-                await wait_for(lambda: a.get("c-b") is not None, within=5.0, what="a subscribed after all")
+                await eventually(lambda: a.get("c-b") is not None, within=5.0, what="a subscribed after all")
         finally:
             srv.stop()

@@ -13,14 +13,9 @@ from common.config.gateway import GlobalRouterLink
 from common.config.loader import ConfigError
 from global_router.capacity_server import CapacityServer
 from global_router.fleet_view import MemoryFleetView
-from tests.agent.pools import make_spec
-from tests.global_router.capacity.helpers import (
-    running_agent,
-    running_server,
-    sample_pool,
-    server_config,
-    wait_for,
-)
+from tests.cluster_gateway.agent.pools import make_spec
+from tests.eventually import eventually
+from tests.global_router.capacity.helpers import running_agent, running_server, sample_pool, server_config
 
 
 @pytest.fixture
@@ -44,7 +39,7 @@ async def test_agent_reports_over_tls_verified_with_the_ca_file(cert: tuple[str,
     async with running_server(tls_cert_file=crt, tls_key_file=key) as (server, port, fleet):
         assert server.tls
         async with running_agent(port, sample_pool(), tls_ca_file=crt) as agent:
-            await wait_for(lambda: agent.connected and fleet.get("c-a") is not None, what="report over TLS")
+            await eventually(lambda: agent.connected and fleet.get("c-a") is not None, what="report over TLS")
 
 
 async def test_plaintext_agent_cannot_talk_to_a_tls_router(cert: tuple[str, str]) -> None:
@@ -53,7 +48,7 @@ async def test_plaintext_agent_cannot_talk_to_a_tls_router(cert: tuple[str, str]
         running_server(tls_cert_file=crt, tls_key_file=key) as (_, port, fleet),
         running_agent(port, sample_pool()) as agent,
     ):
-        await wait_for(lambda: agent.last_error is not None, what="plaintext refused")
+        await eventually(lambda: agent.last_error is not None, what="plaintext refused")
         assert not agent.connected
         assert fleet.snapshot() == []
 

@@ -3,7 +3,6 @@ and global router replicas (optionally sharing a real redis-server)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import time
@@ -135,14 +134,6 @@ async def start_cluster(
     gateway = ClusterGateway(spec, port=0)
     await gateway.start()
     return SimCluster(cluster_id, sims, gateway)
-
-
-async def wait_for(cond: Callable[[], bool], within_s: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + within_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 def fresh_ready(router: GlobalRouter, cluster_ids: list[str], min_pods: int = 1) -> Callable[[], bool]:

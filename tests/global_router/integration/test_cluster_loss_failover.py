@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.eventually import eventually
 from tests.global_router.integration.fleet_harness import (
     ADMIN_HEADERS,
     KEY,
@@ -17,7 +18,6 @@ from tests.global_router.integration.fleet_harness import (
     router_config,
     start_cluster,
     start_router,
-    wait_for,
 )
 
 pytestmark = pytest.mark.timeout(90)
@@ -29,7 +29,7 @@ async def test_killing_a_cluster_mid_load_loses_nothing(tmp_path: Path) -> None:
     survivor = await start_cluster("survivor", tmp_path, router.grpc_port, pods=2)
     results: list[tuple[float, int, str]] = []  # (finished at, status, cluster)
     try:
-        await wait_for(fresh_ready(router, ["doomed", "survivor"]), within_s=15, what="both clusters")
+        await eventually(fresh_ready(router, ["doomed", "survivor"]), within=15, what="both clusters")
         body = {"model": MODEL, "messages": [{"role": "user", "content": "keep going"}], "max_tokens": 12}
         stop_at = time.monotonic() + 4.0
         async with httpx.AsyncClient(timeout=30) as client:

@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import RedisServer
+from tests.eventually import eventually
 from tests.global_router.integration.fleet_harness import (
     KEY,
     MODEL,
@@ -20,8 +20,8 @@ from tests.global_router.integration.fleet_harness import (
     router_config,
     start_cluster,
     start_router,
-    wait_for,
 )
+from tests.procs import RedisServer
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -38,7 +38,7 @@ async def fleet(redis_server: RedisServer, tmp_path: Path) -> AsyncIterator[tupl
     ]
     try:
         for r in routers:  # replica 1 hears no agent directly: it sees the fleet through Redis
-            await wait_for(fresh_ready(r, ids), within_s=15, what="clusters fresh on every replica")
+            await eventually(fresh_ready(r, ids), within=15, what="clusters fresh on every replica")
         yield routers, clusters
     finally:
         for c in clusters:

@@ -10,15 +10,15 @@ import httpx
 import pytest
 
 from global_router.tenants import hash_key
-from tests.conftest import RedisServer
+from tests.eventually import eventually
 from tests.global_router.integration.fleet_harness import (
     MODEL,
     fresh_ready,
     router_config,
     start_cluster,
     start_router,
-    wait_for,
 )
+from tests.procs import RedisServer
 
 pytestmark = pytest.mark.timeout(90)
 LIMITED = "sk-int-limited"
@@ -32,7 +32,7 @@ async def test_two_replicas_share_the_request_limit(redis_server: RedisServer, t
     cluster = await start_cluster("c1", tmp_path, routers[0].grpc_port, pods=2)
     try:
         for r in routers:
-            await wait_for(fresh_ready(r, ["c1"]), within_s=15, what="cluster fresh on both replicas")
+            await eventually(fresh_ready(r, ["c1"]), within=15, what="cluster fresh on both replicas")
         body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
         statuses: list[int] = []
         refusals: list[httpx.Response] = []

@@ -8,15 +8,15 @@ import httpx
 import pytest
 
 from global_router.tenants import hash_key
-from tests.conftest import RedisServer
+from tests.eventually import eventually
 from tests.global_router.integration.fleet_harness import (
     MODEL,
     fresh_ready,
     router_config,
     start_cluster,
     start_router,
-    wait_for,
 )
+from tests.procs import RedisServer
 
 pytestmark = pytest.mark.timeout(90)
 LIMITED = "sk-int-outage"
@@ -33,7 +33,7 @@ async def test_redis_killed_mid_run_follows_the_fail_mode(redis_server: RedisSer
     hdrs = {"authorization": f"Bearer {LIMITED}"}
     try:
         for r in (open_router, closed_router):
-            await wait_for(fresh_ready(r, ["c1"]), within_s=15, what="cluster fresh")
+            await eventually(fresh_ready(r, ["c1"]), within=15, what="cluster fresh")
         async with httpx.AsyncClient(timeout=30) as client:
             for r in (open_router, closed_router):
                 resp = await client.post(f"{r.url}/v1/chat/completions", json=body, headers=hdrs)

@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.eventually import eventually
 from tests.global_router.integration.fleet_harness import (
     BATCH_KEY,
     KEY,
@@ -19,7 +20,6 @@ from tests.global_router.integration.fleet_harness import (
     router_config,
     start_cluster,
     start_router,
-    wait_for,
 )
 
 pytestmark = pytest.mark.timeout(90)
@@ -33,8 +33,8 @@ async def test_batch_fills_cheap_spot_while_interactive_keeps_its_ttft_target(tm
     )
     premium = await start_cluster("premium", tmp_path, router.grpc_port, pods=3, cost=4.0)
     try:
-        await wait_for(fresh_ready(router, ["cheap", "premium"]), within_s=15, what="both clusters")
-        await wait_for(fresh_ready(router, ["premium"], min_pods=3), within_s=15, what="all premium pods")
+        await eventually(fresh_ready(router, ["cheap", "premium"]), within=15, what="both clusters")
+        await eventually(fresh_ready(router, ["premium"], min_pods=3), within=15, what="all premium pods")
         batch_body = {
             "model": MODEL,
             "messages": [{"role": "user", "content": "summarise " * 20}],

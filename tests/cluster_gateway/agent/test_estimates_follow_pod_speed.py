@@ -17,7 +17,7 @@ from cluster_gateway.pool import EndpointPool, PodMetrics, PodPerf
 from common.config.gateway import CapacityInfo, PodPerformance, Saturation
 from common.proto.fleetgate.v1 import capacity_pb2
 from modelsim.profiles import HardwareProfile, get_profile
-from tests.agent.pools import add_pod, make_spec
+from tests.cluster_gateway.agent.pools import add_pod, make_spec
 
 SAT = Saturation(queue_depth=5, kv_usage=0.8)
 PROMPT, OUTPUT = 500, 100  # tokens per request in these scenarios

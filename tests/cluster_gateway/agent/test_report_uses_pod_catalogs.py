@@ -3,16 +3,13 @@ idle or not; the classification rules only cover pods whose lists did not say.""
 
 from __future__ import annotations
 
-import pytest
-
 from cluster_gateway.agent.aggregate import build_report, significant_state
 from cluster_gateway.pool import EndpointPool
 from common.config.gateway import Saturation
 from common.proto.fleetgate.v1 import capacity_pb2
-from tests.agent.pools import add_pod, make_spec
+from modelsim import fleet as fleet_mod
+from tests.cluster_gateway.agent.pools import add_pod, make_spec
 from tests.cluster_gateway.metrics.sim_pool import read_pods_once, sim_pool
-
-fleet_mod = pytest.importorskip("modelsim.fleet")
 
 SAT = Saturation(queue_depth=5, kv_usage=0.8)
 

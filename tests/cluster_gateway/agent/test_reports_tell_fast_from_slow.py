@@ -15,7 +15,8 @@ from common.config.gateway import GatewaySpec
 from common.config.loader import load_config_data
 from global_router.fleet_view import FleetView, ModelCapacity
 from modelsim.fleet import PodSpec, SimFleet
-from tests.global_router.capacity.helpers import TOKEN_A, TOKEN_B, running_server, wait_for
+from tests.eventually import eventually
+from tests.global_router.capacity.helpers import TOKEN_A, TOKEN_B, running_server
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 PROMPT = "Summarise the quarterly revenue by region. " * 48  # ~520 tokens, made unique per request
@@ -73,7 +74,7 @@ async def test_reports_of_an_h100_and_an_l4_cluster_differ_in_the_expected_direc
                     (c := capacity(fleet, cid)) is not None and c.ready_pods == 2 for cid in ("c-a", "c-b")
                 )
 
-            await wait_for(both_ready, within=10.0, what="both clusters reported two ready pods")
+            await eventually(both_ready, within=10.0, what="both clusters reported two ready pods")
             # Before any traffic nothing measured the pods' speed: only their KV pools differ.
             before = {cid: capacity(fleet, cid) for cid in ("c-a", "c-b")}
             assert before["c-a"] is not None and before["c-b"] is not None
@@ -91,7 +92,7 @@ async def test_reports_of_an_h100_and_an_l4_cluster_differ_in_the_expected_direc
                     and b.est_ttft_ms != before["c-b"].est_ttft_ms
                 )
 
-            await wait_for(measured, within=10.0, what="reports with measured pod speed")
+            await eventually(measured, within=10.0, what="reports with measured pod speed")
             a, b = capacity(fleet, "c-a"), capacity(fleet, "c-b")
             assert a is not None and b is not None
             assert b.est_ttft_ms > 2 * a.est_ttft_ms, (a.est_ttft_ms, b.est_ttft_ms)

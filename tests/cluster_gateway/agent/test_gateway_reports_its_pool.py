@@ -10,7 +10,8 @@ from cluster_gateway.gateway import ClusterGateway
 from common.config.gateway import GatewaySpec
 from common.config.loader import ConfigError, load_config_data
 from modelsim.fleet import PodSpec, SimFleet
-from tests.global_router.capacity.helpers import TOKEN_A, running_server, wait_for
+from tests.eventually import eventually
+from tests.global_router.capacity.helpers import TOKEN_A, running_server
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
@@ -42,7 +43,7 @@ async def test_gateway_agent_reports_the_simulated_pool_with_its_bound_url(
                 s = fleet.get("c-a")
                 return s is not None and MODEL in s.models and s.models[MODEL].ready_pods == 2
 
-            await wait_for(reported_two_ready, within=10.0, what="both simulated pods reported ready")
+            await eventually(reported_two_ready, within=10.0, what="both simulated pods reported ready")
             state = fleet.get("c-a")
             assert state is not None
             assert state.gateway_url == gw.url  # the port actually bound, not the config's

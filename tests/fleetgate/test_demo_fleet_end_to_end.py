@@ -16,8 +16,8 @@ import openai
 import pytest
 
 from fleetgate.demo_fleet import BASE_MODEL, DEFAULT_FLEET
-from tests.conftest import RedisServer
-from tests.demo.demo_process import ENDPOINT_LINE, KEY_LINE, DemoProcess, wait_gone
+from tests.fleetgate.demo_process import ENDPOINT_LINE, KEY_LINE, DemoProcess, wait_gone
+from tests.procs import RedisServer
 
 pytestmark = pytest.mark.timeout(150)
 

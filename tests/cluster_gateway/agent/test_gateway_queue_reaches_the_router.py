@@ -12,7 +12,8 @@ from cluster_gateway.agent.aggregate import build_report
 from cluster_gateway.gateway import ClusterGateway
 from modelsim.fleet import SimFleet
 from tests.cluster_gateway.integration.conftest import MODEL, chat, gateway_spec, tiny, wait_ready
-from tests.global_router.capacity.helpers import TOKEN_A, running_server, wait_for
+from tests.eventually import eventually
+from tests.global_router.capacity.helpers import TOKEN_A, running_server
 
 HELD = 6
 
@@ -41,7 +42,7 @@ async def test_requests_held_in_the_gateway_show_in_its_capacity_reports(
             await wait_ready(gw, 1)
             body = {"model": MODEL, "prompt": "q" * 400, "max_tokens": 64}
             tasks += [asyncio.create_task(direct.post("/v1/completions", json=body)) for _ in range(24)]
-            await wait_for(
+            await eventually(
                 lambda: all(p.metrics is not None and p.metrics.waiting >= 5 for p in gw.pool.pods()),
                 within=5.0,
                 what="the pod saturated",
@@ -49,7 +50,9 @@ async def test_requests_held_in_the_gateway_show_in_its_capacity_reports(
             tasks += [
                 asyncio.create_task(via_gw.post("/v1/chat/completions", json=chat("q"))) for _ in range(HELD)
             ]
-            await wait_for(lambda: len(gw.admission) == HELD, within=5.0, what="requests held in the gateway")
+            await eventually(
+                lambda: len(gw.admission) == HELD, within=5.0, what="requests held in the gateway"
+            )
 
             assert gw.agent is not None
             sent = {m.model: m for m in gw.agent.report_now().models}[MODEL]
@@ -65,7 +68,7 @@ async def test_requests_held_in_the_gateway_show_in_its_capacity_reports(
                 m = state.models.get(MODEL) if state is not None else None
                 return m is not None and m.queued >= HELD and m.headroom_requests == 0
 
-            await wait_for(router_sees_held, within=5.0, what="the router counting the held requests")
+            await eventually(router_sees_held, within=5.0, what="the router counting the held requests")
         finally:
             for t in tasks:
                 t.cancel()

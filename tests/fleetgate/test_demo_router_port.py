@@ -11,7 +11,7 @@ import pytest
 
 from common.config.loader import ConfigError
 from fleetgate import demo
-from tests.conftest import free_port
+from tests.procs import free_port
 
 
 def _demo(tmp: Path, *argv: str) -> demo.Demo:

@@ -7,7 +7,8 @@ from collections.abc import AsyncIterator
 import grpc
 
 from common.proto.fleetgate.v1 import capacity_pb2, capacity_pb2_grpc
-from tests.global_router.capacity.helpers import running_agent, sample_pool, wait_for
+from tests.eventually import eventually
+from tests.global_router.capacity.helpers import running_agent, sample_pool
 
 
 class _MuteRouter(capacity_pb2_grpc.CapacityServiceServicer):
@@ -34,7 +35,7 @@ async def test_agent_reopens_a_stream_that_gets_no_directives() -> None:
     await server.start()
     try:
         async with running_agent(port, sample_pool(), silence_timeout_s=0.3) as agent:
-            await wait_for(lambda: mute.streams >= 2, within=5.0, what="a second stream after silence")
+            await eventually(lambda: mute.streams >= 2, within=5.0, what="a second stream after silence")
             assert not agent.connected
             assert "no directive" in (agent.last_error or "")
     finally:

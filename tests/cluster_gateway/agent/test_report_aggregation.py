@@ -8,7 +8,7 @@ from cluster_gateway.agent.aggregate import ServiceModel, build_report, signific
 from cluster_gateway.pool import EndpointPool
 from common.config.gateway import CapacityInfo, Saturation
 from common.proto.fleetgate.v1 import capacity_pb2
-from tests.agent.pools import add_pod, make_spec
+from tests.cluster_gateway.agent.pools import add_pod, make_spec
 
 SAT = Saturation(queue_depth=5, kv_usage=0.8)
 

@@ -10,7 +10,7 @@ from cluster_gateway.agent.aggregate import build_report
 from cluster_gateway.agent.service_model import PodSpeed, ServiceModel, gpu_tokens_per_second
 from cluster_gateway.pool import Endpoint, EndpointPool, PodMetrics, PodPerf
 from common.config.gateway import CapacityInfo, Saturation
-from tests.agent.pools import add_pod, make_spec
+from tests.cluster_gateway.agent.pools import add_pod, make_spec
 
 SAT = Saturation(queue_depth=5, kv_usage=0.8)
 

@@ -17,7 +17,7 @@ from cluster_gateway.pool import EndpointPool
 from cluster_gateway.request_path.admission import AdmissionQueue
 from common.config.gateway import Saturation
 from common.proto.fleetgate.v1 import capacity_pb2
-from tests.agent.pools import add_pod, make_spec
+from tests.cluster_gateway.agent.pools import add_pod, make_spec
 
 SAT = Saturation(queue_depth=5, kv_usage=0.8)
 

@@ -7,7 +7,7 @@ import pytest
 from cluster_gateway.agent.client import CapacityAgent
 from cluster_gateway.pool import EndpointPool
 from common.config.loader import ConfigError
-from tests.agent.pools import make_spec
+from tests.cluster_gateway.agent.pools import make_spec
 
 
 @pytest.mark.parametrize("address", ["router", "http://router:50051/", "router:port", ""])

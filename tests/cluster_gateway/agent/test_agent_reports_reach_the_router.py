@@ -14,21 +14,16 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from cluster_gateway.pool import EndpointPool
 from global_router.capacity_server import SERVICE_NAME, CapacityServer
 from global_router.fleet_view import MemoryFleetView, ModelCapacity
-from tests.agent.pools import add_pod
-from tests.global_router.capacity.helpers import (
-    running_agent,
-    running_server,
-    sample_pool,
-    server_config,
-    wait_for,
-)
+from tests.cluster_gateway.agent.pools import add_pod
+from tests.eventually import eventually
+from tests.global_router.capacity.helpers import running_agent, running_server, sample_pool, server_config
 
 
 async def test_reports_arrive_in_the_fleet_view_and_are_acknowledged() -> None:
     async with running_server() as (server, port, fleet):
         pool = sample_pool()
         async with running_agent(port, pool) as agent:
-            await wait_for(lambda: agent.connected and fleet.get("c-a") is not None, what="first report")
+            await eventually(lambda: agent.connected and fleet.get("c-a") is not None, what="first report")
             state = fleet.get("c-a")
             assert state is not None
             assert state.gateway_url == "http://c-a.example:8080"
@@ -37,9 +32,9 @@ async def test_reports_arrive_in_the_fleet_view_and_are_acknowledged() -> None:
             assert llama.ready_pods == 2 and llama.queued == 1 and llama.running == 5
             assert "sql-lora" in llama.adapters and llama.adapters_resident == frozenset({"sql-lora"})
             assert state.age() < 5
-            await wait_for(lambda: agent.last_acked >= state.seq, what="ack")
+            await eventually(lambda: agent.last_acked >= state.seq, what="ack")
             assert server.connected_clusters() == ["c-a"]
-        await wait_for(lambda: server.connected_clusters() == [], what="disconnect noticed")
+        await eventually(lambda: server.connected_clusters() == [], what="disconnect noticed")
 
 
 async def test_router_interval_directive_overrides_the_configured_interval() -> None:
@@ -47,7 +42,7 @@ async def test_router_interval_directive_overrides_the_configured_interval() -> 
         running_server(interval_ms=100) as (_, port, fleet),
         running_agent(port, sample_pool(), interval_ms=10_000) as agent,
     ):
-        await wait_for(lambda: agent.interval_s == 0.1, what="interval directive")
+        await eventually(lambda: agent.interval_s == 0.1, what="interval directive")
         first = fleet.get("c-a")
         assert first is not None
         await asyncio.sleep(1.0)
@@ -61,11 +56,11 @@ async def test_significant_change_triggers_an_early_report() -> None:
     async with running_server(interval_ms=30_000) as (_, port, fleet):
         pool = sample_pool()
         async with running_agent(port, pool, interval_ms=30_000) as agent:
-            await wait_for(lambda: fleet.get("c-a") is not None, what="first report")
+            await eventually(lambda: fleet.get("c-a") is not None, what="first report")
             seq0 = fleet.get("c-a").seq  # type: ignore[union-attr]
             add_pod(pool, "p2", models={"llama"}, waiting=9, running=3, kv=0.3)  # p2 saturates
             t0 = time.monotonic()
-            await wait_for(
+            await eventually(
                 lambda: fleet.get("c-a").models["llama"].saturated_pods == 1,  # type: ignore[union-attr]
                 within=3.0,
                 what="early report after saturation",
@@ -114,12 +109,12 @@ async def test_a_gateway_queue_forming_or_clearing_triggers_an_early_report() ->
             assert state is not None
             return state.seq
 
-        await wait_for(lambda: fleet.get("c-a") is not None, what="first report")
+        await eventually(lambda: fleet.get("c-a") is not None, what="first report")
         on_pods = llama().queued
 
         async def router_sees(queued: int, what: str) -> None:
             t0 = time.monotonic()
-            await wait_for(lambda: llama().queued == queued, within=3.0, what=what)
+            await eventually(lambda: llama().queued == queued, within=3.0, what=what)
             assert time.monotonic() - t0 < 3.0  # long before the 30 s interval
 
         held["llama"] = 2
@@ -148,13 +143,13 @@ async def test_drain_set_at_the_router_reaches_the_agent() -> None:
         running_server(interval_ms=100) as (_, port, fleet),
         running_agent(port, sample_pool(), on_drain=seen.append) as agent,
     ):
-        await wait_for(lambda: agent.connected, what="connect")
+        await eventually(lambda: agent.connected, what="connect")
         assert agent.drain_requested is False
         await fleet.set_router_drain("c-a", True)
-        await wait_for(lambda: agent.drain_requested, what="drain directive")
+        await eventually(lambda: agent.drain_requested, what="drain directive")
         assert fleet.get("c-a").router_drain is True  # type: ignore[union-attr]
         await fleet.set_router_drain("c-a", False)
-        await wait_for(lambda: not agent.drain_requested, what="undrain directive")
+        await eventually(lambda: not agent.drain_requested, what="undrain directive")
         assert seen == [True, False]
 
 
@@ -164,14 +159,14 @@ async def test_agent_reconnects_after_the_router_restarts() -> None:
         port = await first.start()
         stack.push_async_callback(first.stop)
         agent = await stack.enter_async_context(running_agent(port, sample_pool()))
-        await wait_for(lambda: agent.connected, what="connect")
+        await eventually(lambda: agent.connected, what="connect")
         await first.stop(grace=0.2)
-        await wait_for(lambda: not agent.connected, what="disconnect")
+        await eventually(lambda: not agent.connected, what="disconnect")
         await asyncio.sleep(0.5)  # a few failed attempts while the router is down
         async with running_server(port=port, interval_ms=100) as (_, _, fleet2):
             t0 = time.monotonic()
             # the router stores the report before its directive reaches the agent: wait for both
-            await wait_for(
+            await eventually(
                 lambda: fleet2.get("c-a") is not None and agent.connected,
                 within=5.0,
                 what="report and directive after restart",
@@ -194,7 +189,7 @@ async def test_a_flapping_pod_does_not_flood_the_router_with_reports() -> None:
         running_server(interval_ms=30_000) as (_, port, fleet),
         running_agent(port, pool, interval_ms=30_000, check_interval_s=0.02, min_early_gap_s=0.25) as agent,
     ):
-        await wait_for(lambda: fleet.get("c-a") is not None, what="first report")
+        await eventually(lambda: fleet.get("c-a") is not None, what="first report")
         before = agent.reports_sent
         t0 = time.monotonic()
         for i in range(40):  # saturation flips every 25 ms for ~1 s

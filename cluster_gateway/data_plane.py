@@ -65,7 +65,14 @@ class DataPlane:
     ) -> tuple[int, int]:
         """Serve HTTP on `sock` (and ext_proc on `extproc_port` when given); returns both bound ports."""
         app = ProxyApp(
-            self.pool, self.dispatcher, self.forwarder, self.metrics, self.spec.proxy, worker=self.worker
+            self.pool,
+            self.dispatcher,
+            self.forwarder,
+            self.metrics,
+            self.spec.proxy,
+            worker=self.worker,
+            access_log=self.spec.access_log,
+            auth=self.auth,
         )
         self._server = EmbeddedServer(server_config(app, self.spec.server))
         http_port = await self._server.start_on(sock)

@@ -23,6 +23,7 @@ from tests.cluster_gateway.extproc.test_picker_protocol import (
     immediate,
 )
 from tests.cluster_gateway.integration.conftest import MODEL, running, tiny
+from tests.eventually import eventually
 from tests.global_router.integration.fleet_harness import (
     KEY,
     fresh_ready,
@@ -30,7 +31,6 @@ from tests.global_router.integration.fleet_harness import (
     router_config,
     start_cluster,
     start_router,
-    wait_for,
 )
 
 SECRET = "gateway-secret-for-this-test-0123456789"
@@ -119,7 +119,7 @@ async def test_through_the_router_works_and_straight_to_the_gateway_is_401(tmp_p
     router = await start_router(router_config(["east"]))
     cluster = await start_cluster("east", tmp_path, router.grpc_port)
     try:
-        await wait_for(fresh_ready(router, ["east"]), what="east reported")
+        await eventually(fresh_ready(router, ["east"]), within=10.0, what="east reported")
         async with httpx.AsyncClient(timeout=20) as client:
             via_router = await client.post(
                 f"{router.url}/v1/chat/completions", json=CHAT, headers={"authorization": f"Bearer {KEY}"}
@@ -154,7 +154,7 @@ async def test_a_gateway_refusing_the_routers_credential_is_a_failing_cluster(tm
             cluster = await start_cluster("west", tmp_path, router.grpc_port)
         finally:
             os.environ[env] = original
-        await wait_for(fresh_ready(router, ["west"]), what="west reported")
+        await eventually(fresh_ready(router, ["west"]), within=10.0, what="west reported")
         async with httpx.AsyncClient(timeout=20) as client:
             statuses = []
             for _ in range(2):  # ejectAfterFailures: 2

@@ -15,9 +15,9 @@ pod wins its place back as the penalty decays. A demoted pod still gets its norm
 request every `PROBE_EVERY_S` while its failures count towards an ejection: without that, the penalty itself would shield a broken pod from
 the failures that eject it (with 2 of 3 pods broken, the second one was never ejected and the
 capacity report kept counting it ready). A success clears the penalty. A 429 (`shed`) demotes
-the same way but never ejects and is not probed (it comes back as the penalty decays, so a pod
-shedding load costs about one retry per half-life, within the retry budget): an overloaded pod is
-not a broken one.
+the same way but never ejects, and is probed only every `SHED_PROBE_EVERY_S` (about one retry a
+second per shedding pod, well within the retry budget; its first success brings it back): an
+overloaded pod is not a broken one.
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ from common.config.gateway import OutlierDetection
 log = logging.getLogger("fleetgate.gateway.outliers")
 
 PENALTY_HALF_LIFE_S = 5.0
-PROBE_EVERY_S = 0.1  # a demoted (not ejected) pod keeps its place for one request this often
+PROBE_EVERY_S = 0.05  # a demoted pod on its way to ejection keeps its place for one request this often
+SHED_PROBE_EVERY_S = 1.0  # ... and one demoted by 429s (not to be ejected), this often
+MAX_PENALTY = 8.0  # so a long failure streak still decays away within ~20 s
 
 
 @dataclass(slots=True)
@@ -95,7 +97,7 @@ class OutlierDetector:
             return
         now = self._clock()
         r = self._rec(pod.name, now)
-        r.penalty = self._decayed(r, now) + 1.0
+        r.penalty = min(MAX_PENALTY, self._decayed(r, now) + 1.0)
         r.penalty_at = now
 
     def failure(self, pod: PodState, *, gateway: bool) -> None:
@@ -104,7 +106,7 @@ class OutlierDetector:
             return
         now = self._clock()
         r = self._rec(pod.name, now)
-        r.penalty = self._decayed(r, now) + 1.0
+        r.penalty = min(MAX_PENALTY, self._decayed(r, now) + 1.0)
         r.penalty_at = now
         r.window_requests += 1
         r.window_failures += 1
@@ -158,11 +160,8 @@ class OutlierDetector:
                 keys.append(0)
                 continue
             k = 2 if p.ejected_until > now else (1 if self._decayed(r, now) >= 0.5 else 0)
-            if (
-                k == 1
-                and (r.consecutive_5xx or r.consecutive_gateway)  # on its way to ejection, not a 429
-                and now - max(r.penalty_at, r.probe_at) >= PROBE_EVERY_S
-            ):
+            every = PROBE_EVERY_S if r.consecutive_5xx or r.consecutive_gateway else SHED_PROBE_EVERY_S
+            if k == 1 and now - max(r.penalty_at, r.probe_at) >= every:
                 r.probe_at = now  # its probe: this request may try it where the scheduler put it
                 k = 0
             reorder = reorder or k > 0

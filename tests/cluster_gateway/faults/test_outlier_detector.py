@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cluster_gateway.pool import Endpoint, EndpointPool, PodState
-from cluster_gateway.request_path.outliers import PROBE_EVERY_S, OutlierDetector
+from cluster_gateway.request_path.outliers import PROBE_EVERY_S, SHED_PROBE_EVERY_S, OutlierDetector
 from common.config.gateway import OutlierDetection
 
 
@@ -161,11 +161,11 @@ def test_a_demoted_pod_is_probed_so_the_penalty_cannot_shield_it_from_ejection()
     od = OutlierDetector(pool, OutlierDetection(), clock=clock)
     od.failure(a, gateway=False)
     assert od.rank([a, b, c])[0] is b
-    clock.t += PROBE_EVERY_S
+    clock.t += PROBE_EVERY_S + 1e-6
     assert od.rank([a, b, c])[0] is a  # its probe
     assert od.rank([a, b, c])[0] is b  # only one per interval
     for _ in range(4):  # every probe fails: five in a row eject it, a few probe intervals in
-        clock.t += PROBE_EVERY_S
+        clock.t += PROBE_EVERY_S + 1e-6
         assert od.rank([a, b, c])[0] is a
         od.failure(a, gateway=False)
     assert od.ejected() == ["p0"]
@@ -188,3 +188,10 @@ def test_429_demotes_but_never_ejects() -> None:
         od.shed(a)
     assert od.ejected() == []
     assert od.rank([a, b]) == [b, a]
+    clock.t += SHED_PROBE_EVERY_S / 2
+    assert od.rank([a, b]) == [b, a]  # probed far less often than a pod on its way out
+    clock.t += SHED_PROBE_EVERY_S / 2
+    assert od.rank([a, b]) == [a, b]  # its probe
+    assert od.rank([a, b]) == [b, a]
+    od.success(a)  # it takes work again: back in its place at once
+    assert od.rank([a, b]) == [a, b]

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.cluster_gateway.integration.conftest import chat, running, tiny
-from tests.global_router.router_harness import KEY, harness, router_config
+from tests.global_router.router_harness import harness, router_config
 
 HEADER_TIMEOUT_S = 1.0
 SERVER = {"headerTimeoutS": HEADER_TIMEOUT_S, "maxConnections": 5000}
@@ -223,6 +223,3 @@ async def test_a_connection_over_the_cap_gets_a_json_503() -> None:
         _assert_json_error(status, headers["content-type"], body)
         for _, w in held:
             w.close()
-
-
-__all__ = ["KEY"]

@@ -46,17 +46,6 @@ class Outcome:
     pod: str = ""
 
 
-def json_or_sse_error(r: httpx.Response) -> bool:
-    """The response is OpenAI JSON, or an SSE stream whose every error is an OpenAI error event."""
-    ctype = r.headers.get("content-type", "")
-    if ctype.startswith("application/json"):
-        return True
-    if ctype.startswith("text/event-stream"):
-        data = sse_data(r.text)
-        return bool(data) and data[-1] == "[DONE]"
-    return False
-
-
 async def one(client: httpx.AsyncClient, tag: str, *, stream: bool, max_tokens: int = 4) -> Outcome:
     t0 = time.monotonic()
     body = chat(tag, max_tokens=max_tokens, stream=stream)

@@ -8,7 +8,7 @@ import time
 
 from tests.cluster_gateway.integration.conftest import chat, running, served_requests, tiny
 
-from .helpers import is_openai_error, json_or_sse_error, load, sse_data, success_share, until
+from .helpers import is_openai_error, load, success_share, until
 
 SLOW_SCRAPES = {"intervalMs": 5000, "maxStalenessMs": 20000}  # the pool keeps believing the pod is fine
 
@@ -159,7 +159,7 @@ async def test_a_flapping_pod_costs_no_request() -> None:
             stop.set()
             await flapper
         assert success_share(outs) >= 0.99, [o for o in outs if not o.ok][:3]
-        assert all(json_or_sse_error_ok(o.content_type) for o in outs)
+        assert all(json_or_sse(o.content_type) for o in outs)
         # while it fails it is demoted (probed once per interval), so few attempts hit it; while it
         # works it keeps serving its share
         metrics = (await c.get("/metrics")).text
@@ -172,8 +172,5 @@ async def test_a_flapping_pod_costs_no_request() -> None:
         assert served_requests(fleet, 0) > 0
 
 
-def json_or_sse_error_ok(ctype: str) -> bool:
+def json_or_sse(ctype: str) -> bool:
     return ctype.split(";")[0] in ("application/json", "text/event-stream")
-
-
-__all__ = ["json_or_sse_error", "sse_data"]

@@ -42,6 +42,11 @@ SCENARIOS: dict[str, Scenario] = {
         "data-plane capacity: req/s c64, added ms, 500/2,000 streams, CPU and RSS, every router",
         own_report=True,
     ),
+    "faults": Scenario(
+        "bench.faults_bench",
+        "pod faults x outcome (503/500/429, hung, slow, killed, frozen, flapping), ejection on vs off",
+        own_report=True,
+    ),
     "sim-validate": Scenario("bench.sim_validate", "the simulator measured against its hardware profile"),
     "promtext": Scenario("bench.promtext_bench", "targeted Prometheus-text parse of a real-size vLLM body"),
     "pick": Scenario("bench.pick_bench", "microseconds per pick at 10/100/1000 pods"),

@@ -16,6 +16,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from cluster_gateway.pool import EndpointPool
+from cluster_gateway.request_path.readiness import readiness
 
 tracer = trace.get_tracer("fleetgate.cluster_gateway")
 
@@ -49,6 +50,12 @@ class _PoolCollector(Collector):
         )
         ejected.add_metric([], sum(1 for p in pods if p.ejected_until > now))
         yield ejected
+        degraded = GaugeMetricFamily(
+            "fleetgate_gateway_degraded",
+            "1 while no pod has fresh metrics and routing goes on over the last known state",
+        )
+        degraded.add_metric([], float(readiness(pods, now).degraded))
+        yield degraded
         total = GaugeMetricFamily("fleetgate_gateway_pods", "Pods in the endpoint pool")
         total.add_metric([], len(pods))
         yield total

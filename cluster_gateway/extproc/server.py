@@ -204,6 +204,8 @@ class PickerService(pb_grpc.ExternalProcessorServicer):
         if st.pod is not None:  # Envoy's own 503 (connect failure) counts against the pod too
             if st.status >= 500:
                 self.outliers.failure(st.pod, gateway=st.status in (502, 503, 504))
+            elif st.status == 429:  # overloaded, not broken: demoted, never ejected
+                self.outliers.shed(st.pod)
             elif st.status:
                 self.outliers.success(st.pod)
         if st.pod is not None and st.dispatched_at:

@@ -4,7 +4,8 @@ Each pod gets its own scrape loop (and its own models loop), so a hung or slow p
 itself: the others keep their cadence. A shared semaphore bounds concurrent scrapes, and each
 request has a hard deadline. Membership follows the pool: a supervisor loop starts loops for pods
 discovery added and cancels those of removed pods, and marks pods stale whose last good scrape is
-older than `maxStalenessMs` (so a pod stuck behind long timeouts cannot look fresh).
+older than `maxStalenessMs` (so a pod stuck behind long timeouts cannot look fresh), and pods whose
+`/metrics` body stays byte-identical while they are sent requests (`frozen.py`).
 Everything runs on the gateway's event loop, so the per-scrape CPU cost is kept small: a lean
 keep-alive HTTP client (`fetch.KeepAliveFetcher`) and a parse of only the needed lines (`engines`).
 """
@@ -21,10 +22,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from cluster_gateway.metrics.engines import read_pod_sample
 from cluster_gateway.metrics.fetch import Fetcher, FetchError, HttpxFetcher, KeepAliveFetcher
+from cluster_gateway.metrics.frozen import FrozenBodies
 from cluster_gateway.metrics.perf_window import PerfWindow
 from cluster_gateway.metrics.prefix_window import PrefixHitWindow
 from cluster_gateway.metrics.served_models import ServedModels, parse_models_list, parse_tgi_info
-from cluster_gateway.pool import Endpoint, EndpointPool, EngineType
+from cluster_gateway.pool import Endpoint, EndpointPool, EngineType, PodState
 from common.config.gateway import Scrape
 
 log = logging.getLogger(__name__)
@@ -46,7 +48,7 @@ class ScraperMetrics:
         )
         self.failures = Counter(
             "fleetgate_scrape_failures",
-            "Failed pod scrapes by reason (timeout, connect, protocol, http_status, bad_body)",
+            "Failed pod scrapes by reason (timeout, connect, protocol, http_status, bad_body, frozen)",
             ["reason"],
             registry=registry,
         )
@@ -94,6 +96,7 @@ class Scraper:
         self._prefix = PrefixHitWindow()
         self._perf = PerfWindow()
         self._perf_read_at: dict[str, float] = {}
+        self._frozen = FrozenBodies(scrape.frozen_after_scrapes)
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = ScraperMetrics(self.registry)
 
@@ -136,6 +139,7 @@ class Scraper:
             self._prefix.forget(name)
             self._perf.forget(name)
             self._perf_read_at.pop(name, None)
+            self._frozen.forget(name)
         for name in current:
             if name not in self._workers:  # loops read the pod's endpoint from the pool each time
                 self._workers[name] = [
@@ -210,6 +214,9 @@ class Scraper:
         started = time.perf_counter()
         try:
             body = await self._fetch(endpoint, "/metrics", "metrics")
+            if self._frozen.observe(name, body, pod.dispatched_since_scrape):
+                self._mark_frozen(pod)
+                return
             engine = self._engine_for(name, endpoint)
             scraped_at = time.monotonic()
             with_perf = (
@@ -252,6 +259,18 @@ class Scraper:
             log.info("pod metrics fresh again", extra={"pod": name})
 
     # --- staleness -------------------------------------------------------------------------
+    def _mark_frozen(self, pod: PodState) -> None:
+        """Same body under traffic: keep the old metrics, but as stale (the filters stop trusting
+        them); the pod is not dead (its scrapes answer), so its failure count stays."""
+        self.metrics.failures.labels("frozen").inc()
+        if not pod.stale:
+            pod.stale = True
+            log.warning(
+                "pod metrics frozen: %d identical /metrics bodies while requests were sent to it",
+                self._frozen.streak(pod.name),
+                extra={"pod": pod.name},
+            )
+
     def _check_overdue(self, name: str, now: float) -> None:
         pod = self._pool.get(name)
         if pod is not None and not pod.stale and pod.metrics_age(now) > self._max_staleness_s:

@@ -24,6 +24,7 @@ from cluster_gateway.proxy.forward import Forwarder, NoPodAnswered, StreamBroken
 from cluster_gateway.request_path.dispatch import Dispatcher
 from cluster_gateway.request_path.headers import client_headers, upstream_request_headers
 from cluster_gateway.request_path.models_list import models_listing
+from cluster_gateway.request_path.readiness import readiness
 from common.asgi import ClientGone, ResponseAborted, read_body, run_until_disconnect
 from common.config.gateway import GatewayAuth, Proxy
 from common.errors import OpenAIError
@@ -223,11 +224,11 @@ class ProxyApp:
         await send_json(send, 200, self._health_body)  # which worker answered: for operators and tests
 
     async def _ready(self, scope: Scope, receive: Receive, send: Send) -> None:
-        pods = self.pool.pods()
-        now = time.monotonic()
-        ready = sum(1 for p in pods if not p.stale and p.ejected_until <= now)
-        body = msgspec.json.encode({"ready": ready > 0, "pods": len(pods), "readyPods": ready})
-        await send_json(send, 200 if ready else 503, body)
+        r = readiness(self.pool.pods(), time.monotonic())  # degraded still serves: see readiness.py
+        body = msgspec.json.encode(
+            {"ready": r.ready, "pods": r.pods, "readyPods": r.ready_pods, "degraded": r.degraded}
+        )
+        await send_json(send, 200 if r.ready else 503, body)
 
     async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
         body, ctype = self.metrics.render()

@@ -160,6 +160,8 @@ class Forwarder:
                             )
                             if status >= 500:
                                 self.outliers.failure(pod, gateway=False)
+                            else:
+                                self.outliers.shed(pod)
                             last_error = f"{pod.name}: HTTP {status}"
                             held = (pod, status, resp.headers, err_body if _is_json(resp) else b"")
                             if has_next:

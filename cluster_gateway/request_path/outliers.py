@@ -11,7 +11,13 @@ is out), `/ready`, the metrics and the capacity report count it as not ready. Ne
 
 Between ejections, `rank()` moves pods with recent failures behind the others (a decaying penalty),
 so a pod that fails fast is never the first choice while the counters build up, and a recovered
-pod wins its place back as the penalty decays.
+pod wins its place back as the penalty decays. A demoted pod still gets its normal place for one
+request every `PROBE_EVERY_S` while its failures count towards an ejection: without that, the penalty itself would shield a broken pod from
+the failures that eject it (with 2 of 3 pods broken, the second one was never ejected and the
+capacity report kept counting it ready). A success clears the penalty. A 429 (`shed`) demotes
+the same way but never ejects, and is probed only every `SHED_PROBE_EVERY_S` (about one retry a
+second per shedding pod, well within the retry budget; its first success brings it back): an
+overloaded pod is not a broken one.
 """
 
 from __future__ import annotations
@@ -28,6 +34,9 @@ from common.config.gateway import OutlierDetection
 log = logging.getLogger("fleetgate.gateway.outliers")
 
 PENALTY_HALF_LIFE_S = 5.0
+PROBE_EVERY_S = 0.05  # a demoted pod on its way to ejection keeps its place for one request this often
+SHED_PROBE_EVERY_S = 1.0  # ... and one demoted by 429s (not to be ejected), this often
+MAX_PENALTY = 8.0  # so a long failure streak still decays away within ~20 s
 
 
 @dataclass(slots=True)
@@ -40,6 +49,7 @@ class _PodRecord:
     ejections: int = 0  # in a row; sets the next ejection's length
     penalty: float = 0.0  # decaying count of recent failures
     penalty_at: float = 0.0
+    probe_at: float = 0.0  # when a demoted pod last kept its place in `rank`
 
 
 class OutlierDetector:
@@ -76,9 +86,19 @@ class OutlierDetector:
         now = self._clock()
         r = self._rec(pod.name, now)
         r.consecutive_5xx = r.consecutive_gateway = 0
+        r.penalty = 0.0
         r.window_requests += 1
         if r.ejections and pod.ejected_until <= now:
             r.ejections = 0  # the probe after an ejection succeeded
+
+    def shed(self, pod: PodState) -> None:
+        """The pod answered 429: rank it behind the others for a while, but never eject it."""
+        if not self.cfg.enabled:
+            return
+        now = self._clock()
+        r = self._rec(pod.name, now)
+        r.penalty = min(MAX_PENALTY, self._decayed(r, now) + 1.0)
+        r.penalty_at = now
 
     def failure(self, pod: PodState, *, gateway: bool) -> None:
         """A 5xx answer (`gateway=False`) or a connection/timeout failure (`gateway=True`)."""
@@ -86,7 +106,7 @@ class OutlierDetector:
             return
         now = self._clock()
         r = self._rec(pod.name, now)
-        r.penalty = self._decayed(r, now) + 1.0
+        r.penalty = min(MAX_PENALTY, self._decayed(r, now) + 1.0)
         r.penalty_at = now
         r.window_requests += 1
         r.window_failures += 1
@@ -119,6 +139,7 @@ class OutlierDetector:
         seconds = min(self.cfg.max_ejection_time_s, self.cfg.base_ejection_time_s * r.ejections)
         pod.ejected_until = now + seconds
         r.consecutive_5xx = r.consecutive_gateway = 0
+        r.penalty = 0.0  # when the ejection ends the pod gets its place back (its probe)
         r.window_start, r.window_requests, r.window_failures = now, 0, 0
         log.warning("pod %s ejected for %.0f s (%s)", pod.name, seconds, reason)
         if self.on_eject is not None:
@@ -139,6 +160,10 @@ class OutlierDetector:
                 keys.append(0)
                 continue
             k = 2 if p.ejected_until > now else (1 if self._decayed(r, now) >= 0.5 else 0)
+            every = PROBE_EVERY_S if r.consecutive_5xx or r.consecutive_gateway else SHED_PROBE_EVERY_S
+            if k == 1 and now - max(r.penalty_at, r.probe_at) >= every:
+                r.probe_at = now  # its probe: this request may try it where the scheduler put it
+                k = 0
             reorder = reorder or k > 0
             keys.append(k)
         if not reorder:

@@ -67,6 +67,9 @@ class Scrape(_Base, kw_only=True):
     max_concurrency: Annotated[int, Meta(ge=1, le=10_000)] = 64
     models_refresh_s: Annotated[float, Meta(gt=0)] = 5.0
     engine: Engine = "auto"
+    # frozen metrics: this many scrapes in a row with a byte-identical /metrics body while the
+    # gateway kept sending the pod requests mark it stale (0: off); see metrics/frozen.py
+    frozen_after_scrapes: Annotated[int, Meta(ge=0, le=1000)] = 10
 
 
 class Saturation(_Base, kw_only=True):

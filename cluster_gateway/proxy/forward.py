@@ -31,7 +31,7 @@ from common.errors import OpenAIError
 from common.request_log import RequestRecord
 from common.retry_budget import RetryBudget
 from common.telemetry import data_path_span, inject_traceparent
-from common.upstream import Response, UpstreamError, UpstreamPools
+from common.upstream import ConnectFailed, PoolTimeout, Response, UpstreamError, UpstreamPools
 
 log = logging.getLogger("fleetgate.gateway.proxy")
 
@@ -110,20 +110,29 @@ class Forwarder:
         """Deliver the request to the first pod that answers; raises OpenAIError if none does.
         `rec` (the access-log record) learns the pod, attempts, status, first-token time, outcome."""
         rec = rec or RequestRecord("-", path)
-        pods = self.outliers.rank(pick.pods)
-        attempts = min(self.max_attempts, len(pods))
+        ranked = self.outliers.rank(pick.pods)
+        # fewer pods than attempts (a small pool): a pod whose connect failed may be tried again —
+        # under a burst a connect can time out on a pod that is serving fine
+        pods = [ranked[i % len(ranked)] for i in range(self.max_attempts)] if ranked else []
+        attempts = len(pods)
+        may_retry: set[str] = {p.name for p in ranked}  # pods not yet failed otherwise
         self.budget.record_request()
         target = path.encode("latin-1")
         base_headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
         last_error = "no pod was tried"
         held: tuple[PodState, int, list[tuple[bytes, bytes]], bytes] | None = None  # last 5xx/429 answer
         tried = 0
+        last_pod: PodState | None = None
         for i in range(attempts):
-            if i > 0 and not self.budget.try_retry():
+            pod = pods[i]
+            if pod.name not in may_retry:
+                continue
+            if tried > 0 and not self.budget.try_retry():
                 self.metrics.retry_budget_exhausted.inc()
                 break
-            pod = pods[i]
+            may_retry.discard(pod.name)
             tried += 1
+            last_pod = pod
             rec.attempts, rec.target = tried, pod.name
             has_next = i + 1 < attempts  # (a 5xx/429 on the last attempt is passed on as is)
             self.dispatcher.dispatched(pick, pod)
@@ -170,6 +179,8 @@ class Forwarder:
                             continue
                         first = await resp.next_chunk(max(0.001, deadline - time.monotonic()))
                     except UpstreamError as exc:
+                        if isinstance(exc, ConnectFailed | PoolTimeout):
+                            may_retry.add(pod.name)  # it never saw the request: again if it comes up
                         last_error = f"{pod.name}: {exc}"
                         span.set_attribute("fleetgate.error", last_error)
                         self.outliers.failure(pod, gateway=True)
@@ -200,7 +211,7 @@ class Forwarder:
             await self._send_held(held, pick, send)
             return
         rec.outcome = FAILED
-        self.metrics.request_done(pods[tried - 1].name if tried else "-", pick.profile, FAILED)
+        self.metrics.request_done(last_pod.name if last_pod else "-", pick.profile, FAILED)
         raise NoPodAnswered(
             503,
             f"No model server could take the request after {tried} attempt(s) ({last_error}).",

@@ -33,6 +33,8 @@ CONFIGS: dict[str, tuple[Path, dict[str, Any]]] = {
         {
             "gateway": {"globalRouter": {"address": "r-capacity.fleetgate.svc:50051"}},
             "agentToken": {"value": "trial"},
+            "gatewayAuth": {"value": "trial-router-secret"},
+            "routerCa": {"existingSecret": "router-ca"},
             "service": {"type": "LoadBalancer", "nodePort": 30880},
         },
     ),

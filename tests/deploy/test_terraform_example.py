@@ -1,10 +1,14 @@
 """The multi-region example's graph, checked statically with python-hcl2 (providers cannot be
 downloaded here): one owner per namespace, no duplicate Kubernetes objects per cluster, every
-gateway URL and agent address taken from a module output, no install waiting on model pods; plus
-the mock-provider `terraform test` where the providers can be installed."""
+gateway URL and agent address taken from a module output, no install waiting on model pods, no
+dependency loop between the router and the gateways, and the trust boundaries wired (per-cluster
+gateway HMAC secrets, pinned gateway URLs, capacity TLS by the certificate's name, internal load
+balancers, HTTPS for clients); plus the mock-provider `terraform test` where the providers can be
+installed."""
 
 from __future__ import annotations
 
+import copy
 import re
 import shutil
 import subprocess
@@ -14,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.deploy.test_terraform import TF, _copy, _parsed
+from tests.deploy.tf_graph import _module_doc, build, depends_on, find_cycle
 
 EXAMPLE = TF / "examples" / "multi-region"
 REGIONS = ("us", "eu", "ap")
@@ -83,8 +88,16 @@ def _objects_created(name: str, call: dict[str, Any]) -> set[tuple[str, str]]:
     values = {**_defaults(_module_dir(call)), **call}
     release = values["release_name"]
     if call["source"].endswith("global-router"):
-        return {("helm_release", release), ("Secret", f"{release}-redis")}
-    objs = {("helm_release", release), ("Secret", f"{release}-agent-token")}
+        return {
+            ("helm_release", release),
+            ("Secret", f"{release}-redis"),
+            ("Secret", f"{release}-gateway-secrets"),
+        }
+    objs = {
+        ("helm_release", release),
+        ("Secret", f"{release}-agent-token"),
+        ("Secret", f"{release}-gateway-auth"),
+    }
     if values.get("public_service", {}).get("enabled"):
         objs.add(("Service", f"{release}-public"))
     return objs
@@ -134,7 +147,7 @@ def test_no_address_is_typed_into_the_example() -> None:
     for path in ("main.tf", "outputs.tf", "variables.tf"):
         for line in (EXAMPLE / path).read_text().splitlines():
             code = line.split("#", 1)[0]
-            if "${" in code and "http://" in code and "aws_route53_record" in code:
+            if "${" in code and re.search(r"https?://", code) and "aws_route53_record" in code:
                 continue  # the client-facing output composes the DNS record's name
             assert not literal.search(code), f"{path}: {line.strip()}"
 
@@ -176,3 +189,113 @@ def test_example_with_mock_providers_where_they_can_be_installed(tmp_path: Path)
         [exe, "test", "-no-color"], cwd=example, capture_output=True, text=True, timeout=300, check=False
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+GRAPH = build(EXAMPLE, _parsed)
+
+
+def _with_argument(module: str, arg: str, expr: str) -> dict[str, Any]:
+    doc = copy.deepcopy(_module_doc(EXAMPLE, _parsed))
+    for block in doc["module"]:
+        if module in block:
+            block[module][arg] = expr
+    return doc
+
+
+def test_the_router_and_the_gateways_feed_each_other_without_a_dependency_loop() -> None:
+    """Router <- gateway URLs <- gateway Services, and gateways <- router capacity address: fine only
+    because each edge goes through separate nodes (a loop would fail `terraform plan`)."""
+    assert find_cycle(GRAPH) is None
+    # both directions are real, so the absence of a loop is not vacuous
+    assert depends_on(
+        GRAPH, "module.router.helm_release.this", ["module.gateway_eu.kubernetes_service_v1.public"]
+    )
+    assert depends_on(
+        GRAPH, "module.gateway_eu.helm_release.this", ["module.router.data.kubernetes_service_v1.capacity"]
+    )
+    # and the check finds the loops this wiring avoids: the capacity certificate named from the DNS
+    # record that points at the router's own load balancer, or a gateway URL derived from the router
+    cert_from_record = _with_argument(
+        "wiring", "router_capacity_dns_name", "${aws_route53_record.capacity.fqdn}"
+    )
+    loop = find_cycle(build(EXAMPLE, _parsed, doc=cert_from_record))
+    assert loop is not None and "aws_route53_record.capacity" in loop
+    url_from_router = _with_argument(
+        "gateway_eu", "public_url", '${split(":", module.router.capacity_address)[0]}'
+    )
+    assert find_cycle(build(EXAMPLE, _parsed, doc=url_from_router)) is not None
+
+
+def test_every_gateway_serves_only_requests_the_router_signed_with_that_clusters_secret() -> None:
+    secret = RESOURCES[("random_password", "gateway_secret")]
+    assert secret["for_each"] == "${var.clusters}" and secret["length"] >= 32
+    for region in REGIONS:
+        call = MODULES[f"gateway_{region}"]
+        link = re.sub(r"\s+", " ", call["global_router"])
+        assert f'gateway_secret = random_password.gateway_secret["{region}"].result' in link, link
+        assert f'token = random_password.agent_token["{region}"].result' in link, link
+        assert call["router_ca_secret"] == "${var.router_ca_secret}"
+        # the gateway's Helm release waits for its HMAC Secret, the router's for the same secrets
+        assert depends_on(
+            GRAPH, f"module.gateway_{region}.helm_release.this", ["random_password.gateway_secret"]
+        )
+    assert "random_password.gateway_secret" in MODULES["wiring"]["gateway_secrets"]
+    assert MODULES["router"]["gateway_secrets"] == "${module.wiring.router_gateway_secrets}"
+    assert depends_on(GRAPH, "module.router.helm_release.this", ["random_password.gateway_secret"])
+    # the gateway module: the secret goes into its own Secret, mounted through the chart's gatewayAuth
+    gw_main = _parsed(TF / "modules" / "cluster-gateway" / "main.tf")
+    auth = _resource(gw_main, "kubernetes_secret_v1", "gateway_auth")
+    assert auth["data"] == {"secret": "${var.global_router.gateway_secret}"}
+    release = _resource(gw_main, "helm_release", "this")
+    assert "${kubernetes_secret_v1.gateway_auth}" in release["depends_on"]
+    assert "gatewayAuth = {existingSecret = local.reports_to_route ? local.auth_secret" in release["values"]
+    # the router module: one mounted file per cluster id, named in that agent's gatewayAuth
+    gr_main = _parsed(TF / "modules" / "global-router" / "main.tf")
+    assert "/etc/fleetgate/gateway-secrets/${id}" in str(gr_main["locals"])
+
+
+def test_the_router_pins_each_agent_to_its_gateways_load_balancer() -> None:
+    wiring = MODULES["wiring"]
+    assert wiring["gateway_urls"] == {r: f"${{module.gateway_{r}.public_url}}" for r in REGIONS}
+    assert MODULES["router"]["gateway_urls"] == "${module.wiring.router_gateway_urls}"
+    for region in REGIONS:
+        assert depends_on(
+            GRAPH, "module.router.local.agents", [f"module.gateway_{region}.kubernetes_service_v1.public"]
+        )
+    # the router module refuses an agent without a pinned gateway
+    gr_main = _parsed(TF / "modules" / "global-router" / "main.tf")
+    release = _resource(gr_main, "helm_release", "this")
+    assert "gateway_urls" in str(release["lifecycle"])
+
+
+def test_agents_dial_the_capacity_certificates_name_over_tls() -> None:
+    wiring = MODULES["wiring"]
+    assert wiring["router_capacity_dns_name"] == "${var.capacity_dns_name}"
+    assert wiring["capacity_tls_issuer"] == "${var.capacity_tls_issuer}"
+    assert "router_tls" not in wiring and _defaults(TF / "modules" / "fleet-wiring")["router_tls"] is True
+    assert MODULES["router"]["capacity_tls"] == "${module.wiring.router_capacity_tls}"
+    # the record agents resolve is the certificate's name, on the router's capacity load balancer
+    record = RESOURCES[("aws_route53_record", "capacity")]
+    assert record["name"] == "${var.capacity_dns_name}"
+    assert "module.router.capacity_address" in str(record["records"])
+    # a gateway whose link omits `tls` still talks TLS
+    gw_main = _parsed(TF / "modules" / "cluster-gateway" / "main.tf")
+    assert "try(nonsensitive(var.global_router.tls), true)" in str(gw_main["locals"])
+
+
+def test_load_balancers_are_internal_and_clients_use_https() -> None:
+    internal = _defaults(EXAMPLE)["internal_lb_annotations"]
+    assert internal["service.beta.kubernetes.io/aws-load-balancer-scheme"] == "internal"
+    router = MODULES["router"]
+    assert router["capacity_service"]["annotations"] == "${var.internal_lb_annotations}"
+    for region in REGIONS:
+        call = MODULES[f"gateway_{region}"]
+        assert call["public_service"]["annotations"] == "${var.internal_lb_annotations}"
+        assert "service" not in call, "the chart's own Service stays ClusterIP"
+    service = router["service"]
+    assert service["port"] == 443 and "aws-load-balancer-ssl-cert" in service["annotations"]
+    assert "var.router_certificate_arn" in service["annotations"]
+    check = RESOURCES[("aws_route53_health_check", "router")]
+    assert check["type"] == "HTTPS" and check["port"] == 443
+    outputs = _blocks(_parsed(EXAMPLE / "outputs.tf"), "output")
+    assert outputs["global_endpoint"]["value"].startswith("https://")

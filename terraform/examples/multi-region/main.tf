@@ -5,12 +5,19 @@
 # own load balancer address becomes its publicUrl (module output -> agent report -> router); the
 # router's capacity load balancer address becomes every agent's globalRouter.address.
 #
+# Trust boundaries (docs/security.md), wired by the same module: every gateway serves only requests
+# the router signed with that cluster's own HMAC secret (random_password.gateway_secret, held by the
+# gateway's Secret and the router's gateway-secrets Secret); the router pins each agent to its
+# gateway's load balancer URL (a stolen agent token cannot redirect traffic); agents dial the
+# capacity port over TLS by the name cert-manager issues its certificate for (capacity_dns_name)
+# and verify it against router_ca_secret; clients reach the router over HTTPS (ACM on the NLB).
+#
 # Cross-region path: the router in "us" dials the eu/ap gateways' internal load balancers (port
 # 8080) and their agents dial the router's internal capacity load balancer (port 50051). Internal
 # load balancers are reachable across regions only over private networking: VPC peering or a Transit
 # Gateway between the three VPCs (non-overlapping CIDRs, routes both ways, security groups that allow
-# 8080 from the router VPC and 50051 from the gateway VPCs). Without that, expose them publicly only
-# with the gateway auth and TLS of the trust-boundary work (docs/deploy.md, "Cross-region path").
+# 8080 from the router VPC and 50051 from the gateway VPCs). The gateway auth and capacity TLS above
+# still apply on that private path (docs/deploy.md, "Cross-region path").
 
 locals {
   router_key = "us"
@@ -19,6 +26,14 @@ locals {
 resource "random_password" "agent_token" {
   for_each = var.clusters
   length   = 40
+  special  = false
+}
+
+# The router signs every request to a cluster's gateway with that cluster's own secret; the
+# gateway serves nothing else (a request straight to it gets 401).
+resource "random_password" "gateway_secret" {
+  for_each = var.clusters
+  length   = 48
   special  = false
 }
 
@@ -39,8 +54,18 @@ module "wiring" {
   router_cluster          = local.router_key
   namespace               = var.namespace
   router_capacity_address = module.router.capacity_address
+  # agents dial the name the capacity certificate is issued for, over TLS (the wiring's default)
+  router_capacity_dns_name = var.capacity_dns_name
+  capacity_tls_issuer      = var.capacity_tls_issuer
   # digests only (never the tokens), so not sensitive
   agent_token_sha256 = { for key, t in random_password.agent_token : key => nonsensitive(sha256(t.result)) }
+  # each agent pinned to its gateway's own load balancer URL (the gateway module's output)
+  gateway_urls = {
+    us = module.gateway_us.public_url
+    eu = module.gateway_eu.public_url
+    ap = module.gateway_ap.public_url
+  }
+  gateway_secrets = { for key, p in random_password.gateway_secret : key => p.result }
 }
 
 # One owner per namespace: the router and the us gateway share "fleetgate" in the us cluster; no
@@ -86,6 +111,10 @@ module "router" {
   redis            = { url = var.redis_url }
   tenants          = var.tenants
   agents           = module.wiring.agents
+  gateway_urls     = module.wiring.router_gateway_urls
+  gateway_secrets  = module.wiring.router_gateway_secrets
+  # TLS for the agents' capacity streams, issued by cert-manager for the name they dial
+  capacity_tls     = module.wiring.router_capacity_tls
   capacity_service = { type = "LoadBalancer", annotations = var.internal_lb_annotations }
   # HTTPS for clients: the NLB terminates TLS with an ACM certificate and forwards to the router
   service = {
@@ -109,7 +138,11 @@ module "gateway_us" {
   region           = module.wiring.gateways["us"].region
   discovery        = module.wiring.gateways["us"].discovery
   capacity         = module.wiring.gateways["us"].capacity
-  global_router    = merge(module.wiring.router_link, { token = random_password.agent_token["us"].result })
+  global_router = merge(module.wiring.router_link, {
+    token          = random_password.agent_token["us"].result
+    gateway_secret = random_password.gateway_secret["us"].result
+  })
+  router_ca_secret = var.router_ca_secret
   public_service   = { enabled = true, type = "LoadBalancer", annotations = var.internal_lb_annotations }
 }
 
@@ -124,7 +157,11 @@ module "gateway_eu" {
   region           = module.wiring.gateways["eu"].region
   discovery        = module.wiring.gateways["eu"].discovery
   capacity         = module.wiring.gateways["eu"].capacity
-  global_router    = merge(module.wiring.router_link, { token = random_password.agent_token["eu"].result })
+  global_router = merge(module.wiring.router_link, {
+    token          = random_password.agent_token["eu"].result
+    gateway_secret = random_password.gateway_secret["eu"].result
+  })
+  router_ca_secret = var.router_ca_secret
   public_service   = { enabled = true, type = "LoadBalancer", annotations = var.internal_lb_annotations }
 }
 
@@ -139,7 +176,11 @@ module "gateway_ap" {
   region           = module.wiring.gateways["ap"].region
   discovery        = module.wiring.gateways["ap"].discovery
   capacity         = module.wiring.gateways["ap"].capacity
-  global_router    = merge(module.wiring.router_link, { token = random_password.agent_token["ap"].result })
+  global_router = merge(module.wiring.router_link, {
+    token          = random_password.agent_token["ap"].result
+    gateway_secret = random_password.gateway_secret["ap"].result
+  })
+  router_ca_secret = var.router_ca_secret
   public_service   = { enabled = true, type = "LoadBalancer", annotations = var.internal_lb_annotations }
 }
 

@@ -92,8 +92,12 @@ variable "router_certificate_arn" {
 }
 
 variable "capacity_dns_name" {
-  description = "DNS name agents dial for the router's capacity port (point it at the capacity load balancer); the TLS certificate is issued for it."
+  description = "DNS name agents dial for the router's capacity port (this example points it at the capacity load balancer); the TLS certificate is issued for it."
   type        = string
+  validation {
+    condition     = can(regex("^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$", var.capacity_dns_name))
+    error_message = "capacity_dns_name must be a lower-case DNS name (no scheme, no port)."
+  }
 }
 
 variable "capacity_tls_issuer" {

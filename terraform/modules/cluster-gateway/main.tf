@@ -122,5 +122,10 @@ resource "helm_release" "this" {
     }
   })], var.extra_values)
 
-  depends_on = [kubernetes_namespace_v1.this, kubernetes_secret_v1.agent_token, kubernetes_service_v1.public]
+  depends_on = [
+    kubernetes_namespace_v1.this,
+    kubernetes_secret_v1.agent_token,
+    kubernetes_secret_v1.gateway_auth,
+    kubernetes_service_v1.public,
+  ]
 }

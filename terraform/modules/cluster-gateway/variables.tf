@@ -111,10 +111,14 @@ variable "global_router" {
   })
   default   = null
   sensitive = true
+  validation {
+    condition     = var.global_router == null || length(try(var.global_router.gateway_secret, "")) >= 32
+    error_message = "global_router.gateway_secret must be at least 32 characters (a random_password): the gateway verifies the router's HMAC with it."
+  }
 }
 
 variable "public_url" {
-  description = "How the global router reaches this gateway over HTTP; required with global_router."
+  description = "How the global router reaches this gateway over HTTP; with global_router, this or public_service (whose load balancer address becomes the URL)."
   type        = string
   default     = null
 }

@@ -28,9 +28,26 @@ locals {
     }
   }
 
-  router_link = var.router_capacity_address == null ? null : {
-    address = var.router_capacity_address
+  # Agents dial the name the capacity certificate is issued for (at the load balancer's port), so
+  # TLS verifies the router; without such a name, the load balancer's own address.
+  router_address = var.router_capacity_address == null ? null : (
+    var.router_capacity_dns_name == null ? var.router_capacity_address :
+    "${var.router_capacity_dns_name}:${element(split(":", var.router_capacity_address), 1)}"
+  )
+  router_link = local.router_address == null ? null : {
+    address = local.router_address
     tls     = var.router_tls
+  }
+
+  # The router's side of the trust boundary, keyed by cluster id: each agent pinned to its gateway's
+  # URL, each gateway's requests signed with that cluster's own secret.
+  router_gateway_urls    = { for key, url in var.gateway_urls : var.clusters[key].cluster_id => [url] }
+  router_gateway_secrets = { for key, secret in var.gateway_secrets : var.clusters[key].cluster_id => secret }
+
+  router_capacity_tls = {
+    enabled             = var.router_tls
+    cert_manager_issuer = var.capacity_tls_issuer
+    dns_names           = var.router_capacity_dns_name == null ? [] : [var.router_capacity_dns_name]
   }
 
   agents = {

@@ -48,10 +48,42 @@ variable "router_capacity_address" {
   }
 }
 
+variable "router_capacity_dns_name" {
+  description = "DNS name the router's capacity certificate is issued for (a record on its capacity load balancer); agents dial it so TLS can verify the router. null: agents dial router_capacity_address as is."
+  type        = string
+  default     = null
+  validation {
+    condition     = var.router_capacity_dns_name == null || can(regex("^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$", var.router_capacity_dns_name))
+    error_message = "router_capacity_dns_name must be a lower-case DNS name with at least two labels (no port, no scheme)."
+  }
+}
+
 variable "router_tls" {
-  description = "Agents use TLS for the capacity stream (the router's capacity port serves TLS)."
+  description = "Agents use TLS for the capacity stream and verify the router (the agent token crosses regions): on unless set false."
   type        = bool
-  default     = false
+  default     = true
+}
+
+variable "capacity_tls_issuer" {
+  description = "cert-manager issuer (in the router's cluster) that issues the capacity certificate for router_capacity_dns_name; empty: the capacity TLS Secret is provided otherwise."
+  type        = string
+  default     = ""
+}
+
+variable "gateway_urls" {
+  description = "Cluster key -> the URL the router forwards that cluster's requests to (the gateway module's public_url output). The router pins each agent to it: a report naming any other URL is refused."
+  type        = map(string)
+  default     = {}
+}
+
+variable "gateway_secrets" {
+  description = "Cluster key -> the router->gateway HMAC secret of that cluster (its gateway verifies every request with it; the router signs with it). Every cluster needs one."
+  type        = map(string)
+  sensitive   = true
+  validation {
+    condition     = alltrue([for s in values(var.gateway_secrets) : length(s) >= 32])
+    error_message = "gateway_secrets values must be at least 32 characters (random_password, length >= 32)."
+  }
 }
 
 variable "agent_token_sha256" {

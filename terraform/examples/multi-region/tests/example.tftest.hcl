@@ -20,7 +20,12 @@ mock_provider "helm" {
 mock_provider "helm" {
   alias = "ap"
 }
-mock_provider "random" {}
+mock_provider "random" {
+  # the wiring refuses gateway secrets shorter than 32 characters (mock strings are shorter)
+  mock_resource "random_password" {
+    defaults = { result = "mock-router-to-gateway-secret-0123456789abcdef" }
+  }
+}
 mock_provider "aws" {}
 
 variables {
@@ -29,7 +34,11 @@ variables {
     eu = { kube_context = "eu", cluster_id = "eu-west-1", region = "eu-west" }
     ap = { kube_context = "ap", cluster_id = "ap-south-1", region = "ap-south", capacity_type = "spot" }
   }
-  dns = { zone_id = "Z0123456789", name = "llm.example.com", aws_region = "us-east-1" }
+  dns                    = { zone_id = "Z0123456789", name = "llm.example.com", aws_region = "us-east-1" }
+  router_certificate_arn = "arn:aws:acm:us-east-1:123456789012:certificate/00000000-0000-0000-0000-000000000000"
+  capacity_dns_name      = "capacity.llm.example.com"
+  capacity_tls_issuer    = "fleetgate-ca"
+  router_ca_secret       = "fleetgate-router-ca"
 }
 
 override_data {
@@ -69,8 +78,20 @@ run "apply_wires_every_address_from_module_outputs" {
     error_message = "each gateway's publicUrl must be its own load balancer"
   }
   assert {
-    condition     = module.gateway_eu.gateway_spec.globalRouter.address == output.capacity_address && module.gateway_ap.gateway_spec.globalRouter.address == output.capacity_address
-    error_message = "the eu agent must dial the router's capacity address"
+    condition     = module.gateway_eu.gateway_spec.globalRouter.address == "capacity.llm.example.com:50051" && module.gateway_ap.gateway_spec.globalRouter.tls
+    error_message = "agents must dial the capacity certificate's name at the load balancer's port, over TLS"
+  }
+  assert {
+    condition     = module.wiring.router_gateway_urls["eu-west-1"][0] == output.gateways.eu.public_url && module.wiring.router_gateway_urls["ap-south-1"][0] == "http://10.30.0.7:8080"
+    error_message = "the router must pin each agent to its gateway's load balancer URL"
+  }
+  assert {
+    condition     = nonsensitive(length(module.wiring.router_gateway_secrets)) == 3 && module.wiring.router_capacity_tls.dns_names == tolist(["capacity.llm.example.com"])
+    error_message = "every gateway gets its HMAC secret and the capacity certificate covers the name agents dial"
+  }
+  assert {
+    condition     = startswith(output.global_endpoint, "https://") && aws_route53_health_check.router.type == "HTTPS"
+    error_message = "clients reach the router over HTTPS"
   }
   assert {
     condition     = module.gateway_us.gateway_spec.discovery.kubernetes.namespace == "models" && module.gateway_eu.gateway_spec.discovery.kubernetes.namespace == "default"

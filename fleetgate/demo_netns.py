@@ -127,7 +127,8 @@ async def run_netns(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), every)
                 with contextlib.suppress(httpx.HTTPError, ValueError):
-                    doc = (await client.get("/fleet")).raise_for_status().json()
+                    fleet = await client.get("/fleet", headers={"authorization": f"Bearer {bed.admin_key}"})
+                    doc = fleet.raise_for_status().json()
                     print(summary(doc, started), file=out, flush=True)
     finally:
         if door is not None:

@@ -92,7 +92,9 @@ def envoy_bootstrap(
         "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
         "grpc_service": {
             "envoy_grpc": {"cluster_name": "fleetgate-picker"},
-            "timeout": f"{message_timeout_s}s",
+            # the deadline of the whole ext_proc stream, which lives as long as the request: a
+            # stream-long LLM response outlived the old 30 s and failed as gRPC CANCELLED
+            "timeout": f"{upstream_timeout_s + 60.0}s",
         },
         "failure_mode_allow": False,
         "message_timeout": f"{message_timeout_s}s",

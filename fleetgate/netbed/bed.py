@@ -187,6 +187,7 @@ class Testbed:
     procs: dict[str, NsProcess] = field(default_factory=dict)
     api_key: str = field(default_factory=lambda: "sk-tb-" + secrets.token_urlsafe(18))
     batch_key: str = field(default_factory=lambda: "sk-tb-batch-" + secrets.token_urlsafe(18))
+    admin_key: str = field(default_factory=lambda: "sk-tb-admin-" + secrets.token_urlsafe(18))  # /fleet
     limited_key: str = field(default_factory=lambda: "sk-tb-limited-" + secrets.token_urlsafe(18))
     relay: ControlClient | None = None
     sockdir: Path = field(init=False)
@@ -324,9 +325,16 @@ class Testbed:
                 "reportIntervalMs": self.topo.report_interval_ms,
                 "staleAfterS": self.topo.stale_after_s,
                 "agents": [
-                    {"clusterId": cid, "tokenSha256": hash_key(tok)} for cid, tok in self._tokens.items()
+                    {
+                        "clusterId": c.cluster_id,
+                        "tokenSha256": hash_key(self._tokens[c.cluster_id]),
+                        # pinned to the gateway's one way in: its WAN link (docs/security.md)
+                        "gatewayUrls": [self._gateway_url(i)],
+                    }
+                    for i, c in enumerate(self.topo.clusters)
                 ],
             },
+            "adminKeySha256": hash_key(self.admin_key),  # /fleet needs it (docs/security.md)
             "tenants": [
                 {"name": "interactive", "apiKeySha256": [hash_key(self.api_key)]},
                 {"name": "batch", "apiKeySha256": [hash_key(self.batch_key)], "trafficClass": "batch"},
@@ -365,6 +373,9 @@ class Testbed:
             "decodeTokensPerSecond": round(1.0 / (hw.expected_itl_s(8, 600) * self.topo.time_scale), 1),
         }
 
+    def _gateway_url(self, i: int) -> str:
+        return f"http://{self.ips['global'][0]}:{7000 + i}"
+
     def _write_gateway_config(self, i: int, c: ClusterPlan) -> None:
         token = self.workdir / f"{c.cluster_id}.token"
         token.write_text(self._tokens[c.cluster_id])
@@ -375,7 +386,7 @@ class Testbed:
             "region": c.region,
             "host": c_leaf,
             "port": GATEWAY_PORT,
-            "publicUrl": f"http://{self.ips['global'][0]}:{7000 + i}",  # the router's way in: its WAN link
+            "publicUrl": self._gateway_url(i),  # the router's way in: its WAN link
             "discovery": {
                 "static": {"endpoints": [f"http://127.0.0.1:{SIM_BASE_PORT + k}" for k in range(c.pods)]}
             },
@@ -417,7 +428,8 @@ class Testbed:
     def fleet(self, replica: int) -> dict[str, Any]:
         transport = httpx.HTTPTransport(uds=self.ingress(replica))
         with httpx.Client(transport=transport, base_url="http://fleetgate.test", timeout=5.0) as c:
-            doc: dict[str, Any] = c.get("/fleet").raise_for_status().json()
+            r = c.get("/fleet", headers={"authorization": f"Bearer {self.admin_key}"})
+            doc: dict[str, Any] = r.raise_for_status().json()
             return doc
 
     def fresh_at(self, replica: int) -> set[str]:

@@ -182,9 +182,10 @@ def _object_nodes(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]
 def test_every_object_in_both_values_schemas_is_closed(chart: str) -> None:
     """Unknown keys are errors at every level, not silently ignored. Exempt: free-form maps (labels,
     annotations: additionalProperties is a schema), the Kubernetes affinity kinds passed through as
-    given, the chart-check overlays inside allOf (their $ref sibling closes them) and selectors."""
+    given, the chart-check overlays inside allOf (their $ref sibling closes them), selectors, and a
+    scheduling plugin's `params` (defined by the plugin, validated by its factory at start)."""
     schema = json.loads((GATEWAY_CHART.parent / chart / "values.schema.json").read_text())
-    open_ok = {"nodeAffinity", "podAffinity", "podAntiAffinity", "labelSelector"}
+    open_ok = {"nodeAffinity", "podAffinity", "podAntiAffinity", "labelSelector", "params"}
     gaps = [
         path
         for path, node in _object_nodes(schema)

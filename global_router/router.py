@@ -28,6 +28,7 @@ from global_router.fleet_view import FleetView, MemoryFleetView, RedisFleetView
 from global_router.forward import Forwarder
 from global_router.metrics import RouterMetrics
 from global_router.ratelimit import build_limiter
+from global_router.readiness import Readiness
 from global_router.selection import ClusterSelector
 from global_router.tenants import TenantDirectory
 
@@ -71,9 +72,11 @@ class GlobalRouter:
         if fleet is not None:
             self.fleet: FleetView = fleet
         elif self.redis is not None and cfg.redis is not None:
-            self.fleet = RedisFleetView(self.redis, prefix=cfg.redis.key_prefix, ttl_s=cfg.redis.report_ttl_s)
+            # a report lives as long as the router may route on it (static stability)
+            ttl = max(cfg.redis.report_ttl_s, cfg.capacity.forget_after_s)
+            self.fleet = RedisFleetView(self.redis, prefix=cfg.redis.key_prefix, ttl_s=ttl)
         else:
-            self.fleet = MemoryFleetView(ttl_s=max(10.0, cfg.capacity.stale_after_s * 3))
+            self.fleet = MemoryFleetView(ttl_s=cfg.capacity.forget_after_s)
         self.metrics = RouterMetrics()
         self.tracker = DispatchTracker()
         self.health = ClusterHealth(cfg.failover)
@@ -84,7 +87,10 @@ class GlobalRouter:
             window_s=cfg.failover.retry_window_s,
         )
         self.selector = ClusterSelector(
-            cfg.selection, stale_after_s=cfg.capacity.stale_after_s, tracker=self.tracker
+            cfg.selection,
+            stale_after_s=cfg.capacity.stale_after_s,
+            forget_after_s=cfg.capacity.forget_after_s,
+            tracker=self.tracker,
         )
         self.limiter = build_limiter(self.redis, cfg.redis, cfg.rate_limits)
         self.tenants = TenantDirectory.from_config(cfg)
@@ -107,6 +113,8 @@ class GlobalRouter:
 
     async def start(self) -> None:
         try:
+            # reports arrive within one interval of an agent (re)connecting; until then, 503 not 404
+            self.selector.start_warmup(self.cfg.capacity.stale_after_s)
             await self.fleet.start()
             await self.limiter.start()
             if self._with_capacity:
@@ -153,6 +161,9 @@ class GlobalRouter:
                 tracker=self.tracker,
                 metrics=self.metrics,
                 router_info=self._info,
+                readiness=Readiness(
+                    self.fleet, self.selector, self.redis.ping if self.redis is not None else None
+                ),
             )
             sock = listen_socket(self.cfg.host, self._http_port_cfg)
             config = uvicorn.Config(

@@ -27,7 +27,7 @@ from global_router.failover import ClusterHealth, RetryBudget
 from global_router.fleet_view import FleetView, MemoryFleetView, RedisFleetView
 from global_router.forward import Forwarder
 from global_router.metrics import RouterMetrics
-from global_router.ratelimit import build_limiter
+from global_router.ratelimit import RedisLimiter, build_limiter
 from global_router.readiness import Readiness
 from global_router.selection import ClusterSelector
 from global_router.tenants import TenantDirectory
@@ -38,15 +38,20 @@ MAX_UPSTREAM_CONNECTIONS = 4096  # to all cluster gateways together
 UPSTREAM_POOLS = 16  # connection pools used in turn (see Forwarder)
 
 
-def redis_client(url: str, timeout_s: float) -> aioredis.Redis:
-    """Short timeouts and no client-side retries: a dead Redis must fail fast into the fail mode."""
-    return aioredis.Redis.from_url(
+def redis_client(url: str, timeout_s: float, max_connections: int = 64) -> aioredis.Redis:
+    """A bounded pool of reused connections (a burst waits for one instead of opening hundreds) and
+    no client-side retries: callers bound each call with their own (adaptive) timeout, and a dead
+    Redis must fail fast into the fail mode. `timeout_s` is only the socket's last resort."""
+    pool = aioredis.BlockingConnectionPool.from_url(
         url,
+        max_connections=max_connections,
+        timeout=timeout_s,
         socket_timeout=timeout_s,
         socket_connect_timeout=timeout_s,
         retry=Retry(NoBackoff(), 0),
         health_check_interval=0,
     )
+    return aioredis.Redis(connection_pool=pool)
 
 
 class GlobalRouter:
@@ -65,7 +70,9 @@ class GlobalRouter:
         self.replica_id = uuid.uuid4().hex[:8]
         try:
             self.redis: aioredis.Redis | None = (
-                redis_client(cfg.redis.url, cfg.redis.timeout_s) if cfg.redis is not None else None
+                redis_client(cfg.redis.url, cfg.redis.max_timeout_s + 0.5, cfg.redis.max_connections)
+                if cfg.redis is not None
+                else None
             )
         except ValueError as exc:
             raise ConfigError(f"redis.url: {exc}") from None
@@ -92,7 +99,7 @@ class GlobalRouter:
             forget_after_s=cfg.capacity.forget_after_s,
             tracker=self.tracker,
         )
-        self.limiter = build_limiter(self.redis, cfg.redis, cfg.rate_limits)
+        self.limiter = build_limiter(self.redis, cfg.redis, cfg.rate_limits, replica_id=self.replica_id)
         self.tenants = TenantDirectory.from_config(cfg)
         self._with_capacity = capacity_server
         self.capacity: CapacityServer | None = None
@@ -109,7 +116,10 @@ class GlobalRouter:
         view = "redis" if isinstance(self.fleet, RedisFleetView) else "memory"
         if isinstance(self.fleet, RedisFleetView) and not self.fleet.redis_ok:
             view = "redis (unreachable: local cache)"
-        return {"replica": self.replica_id, "fleet_view": view}
+        info: dict[str, Any] = {"replica": self.replica_id, "fleet_view": view}
+        if isinstance(self.limiter, RedisLimiter):
+            info["rate_limiter_redis"] = self.limiter.stats()
+        return info
 
     async def start(self) -> None:
         try:

@@ -135,11 +135,11 @@ class _TenantLocal:
         self.in_use = 0
 
 
-def _seed(g: Gcra | None, remaining: int, share: float, at_ms: float) -> None:
-    """Start a fallback bucket where the shared one was: `remaining x share` left at `at_ms`."""
+def _seed(g: Gcra | None, remaining: int, share: float, at_ms: float, minus: int) -> None:
+    """Start a fallback bucket where the shared one was: `remaining x share - minus` left at `at_ms`."""
     if g is None or remaining < 0:
         return
-    left = min(g.limit, int(remaining * share))
+    left = min(g.limit, int(remaining * share)) - minus
     g.tat = at_ms + g.period_ms - left * g.interval_ms
 
 
@@ -171,16 +171,17 @@ class LocalLimiter:
     async def stop(self) -> None:
         return None
 
-    def reset(self, share: float) -> None:
-        """Forget every tenant's buckets (a new outage starts from fresh knowledge)."""
-        self.share = share
-        self._tenants.clear()
+    def drop(self, tenant: Tenant) -> None:
+        """Forget a tenant's buckets (they are seeded again from fresher knowledge)."""
+        self._tenants.pop(tenant.name, None)
 
-    def seed(self, tenant: Tenant, seen: Seen) -> None:
+    def seed(self, tenant: Tenant, seen: Seen, minus: int = 0) -> None:
+        """Start the tenant's buckets at `share` of what Redis last said was left, less `minus`
+        requests (and nothing of the token budget for them, as their sizes are unknown here)."""
         st = self._state(tenant)
         at_ms = seen.at_s * 1000.0
-        _seed(st.rpm, seen.req_remaining, self.share, at_ms)
-        _seed(st.tpm, seen.tok_remaining, self.share, at_ms)
+        _seed(st.rpm, seen.req_remaining, self.share, at_ms, minus)
+        _seed(st.tpm, seen.tok_remaining, self.share, at_ms, 0)
 
     def has(self, tenant: Tenant) -> bool:
         return tenant.name in self._tenants
@@ -265,6 +266,7 @@ class RedisLimiter:
     """
 
     SETTLE_AFTER_S = 0.05  # a quiet tenant's settlement waits at most this long for a next admission
+    WARM_CONNECTIONS = 16  # pooled connections opened at start
 
     def __init__(
         self,
@@ -295,8 +297,8 @@ class RedisLimiter:
         )
         self._inflight: dict[str, int] = {}  # tenant -> this replica's running requests
         self._fallback = LocalLimiter(share=self._default_share, clock=clock, inflight=self._in_use)
-        self._fallback_since = -math.inf  # when the fallback's buckets were last used
-        self._redis_ok_at = 0.0  # when Redis last answered
+        self._fallback_at: dict[str, float] = {}  # tenant -> when its fallback bucket was seeded
+        self._calls: dict[str, int] = {}  # tenant -> admission calls in flight at Redis
         self._seen: dict[str, Seen] = {}
         self.settlements = Settlements(clock)
         self._admit = LuaScript("admit")
@@ -325,22 +327,28 @@ class RedisLimiter:
         }
 
     async def start(self) -> None:
-        t0 = time.perf_counter()
         try:
             async with asyncio.timeout(self.latency.ceiling_s):
                 for script in (self._admit, self._settle, self._renew):
                     await script.load(self._client)
+                # Open part of the pool now, each connection timed (connect + PING): the first
+                # burst then neither waits for connections nor meets a timeout sized for none.
+                await asyncio.gather(*(self._timed_ping() for _ in range(self.WARM_CONNECTIONS)))
         except _REDIS_ERRORS as exc:
             _reraise_if_cancelled()
             self._failed("probe", exc, self.latency.ceiling_s)  # starts open: a request probes again
         else:
-            self.latency.observe((time.perf_counter() - t0) / 3)  # the first timeout, measured
             await self.replicas.announce()
         self._tasks = [
             asyncio.create_task(self._renew_loop(), name="ratelimit-lease-renewer"),
             asyncio.create_task(self._settle_loop(), name="ratelimit-settler"),
             asyncio.create_task(self.replicas.run(), name="ratelimit-replica-announcer"),
         ]
+
+    async def _timed_ping(self) -> None:
+        t0 = time.perf_counter()
+        await self._client.ping()
+        self.latency.observe(time.perf_counter() - t0)
 
     async def stop(self) -> None:
         tasks, self._tasks = self._tasks, []
@@ -381,7 +389,6 @@ class RedisLimiter:
             self._failed(route, exc, limit)
             raise
         self.latency.observe(time.perf_counter() - t0)
-        self._redis_ok_at = self._clock()
         if self.breaker.success(route):
             log.info("rate limiter: Redis answering again; breaker closed")
         return result
@@ -404,6 +411,7 @@ class RedisLimiter:
                 int(PERIOD_MS),
                 *(owed.args() if owed else [0, 0]),
             ]
+            self._calls[tenant.name] = self._calls.get(tenant.name, 0) + 1
             try:
                 raw = await self._call(route, functools.partial(self._admit, self._client, keys, args))
             except _REDIS_ERRORS:
@@ -424,6 +432,8 @@ class RedisLimiter:
                     headers=out.headers(),
                     lease_id=lease_id,
                 )
+            finally:
+                self._calls[tenant.name] -= 1
         if self._fail_mode == "closed":
             status = self._settings.fail_closed_status
             raise OpenAIError(
@@ -436,11 +446,22 @@ class RedisLimiter:
         return self._fallback_admit(tenant, tokens)
 
     def _fallback_admit(self, tenant: Tenant, tokens: int) -> Admission:
-        if self._fallback_since < self._redis_ok_at:  # Redis answered since: start from what it said
-            self._fallback.reset(self.replicas.share(self._default_share))
-        self._fallback_since = self._clock()
-        if not self._fallback.has(tenant) and (seen := self._seen.get(tenant.name)) is not None:
-            self._fallback.seed(tenant, seen)
+        # (Re)start the tenant's fallback bucket from what Redis last said — unless this replica
+        # admitted locally since and Redis has not been charged for it yet (it would then say too
+        # much is left). A tenant never seen since start begins empty, refilling at its share.
+        seen = self._seen.get(tenant.name)
+        created = self._fallback_at.get(tenant.name)
+        if created is None or (
+            seen is not None and seen.at_s > created and not self.settlements.owes_requests(tenant.name)
+        ):
+            self._fallback.drop(tenant)
+            self._fallback.share = self.replicas.share(self._default_share)
+            base = seen or Seen(self._clock(), 0, 0)
+            # admissions of this replica still in flight at Redis may be granted from that same
+            # remainder: keep them out of the local share
+            busy = self._calls.get(tenant.name, 0)
+            self._fallback.seed(tenant, base, minus=busy)
+            self._fallback_at[tenant.name] = self._clock()
         out = self._fallback.decide(tenant, tokens)
         if not out.allowed:
             raise _refusal(out, tenant, tokens)

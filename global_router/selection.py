@@ -5,7 +5,7 @@ ejected (failing open to ejected clusters when nothing else is left: an ejection
 is certain). Static stability: a report older than `staleAfterS` does not take its cluster out of
 rotation — agents fall silent for reasons that leave the data plane intact (a busy machine, a
 partition between agents and router, a restarted replica) — it only ranks the cluster behind every
-fresh one and ages its headroom (scaled by staleAfterS / age, as the cluster's real load drifts from
+fresh one of the same SLO tier and ages its headroom (scaled by staleAfterS / age, as the cluster's real load drifts from
 what it said). Only request failures (ejection) or silence beyond `forgetAfterS` remove it. Scorers (each 0..1, registry below) are weighted per traffic class. Ranking is by tier
 first — interactive traffic puts clusters predicted over its TTFT target last, and every class puts
 clusters without room after those with room (so `batch`, weighted to cost, gets the cheapest cluster
@@ -261,7 +261,9 @@ class ClusterSelector:
         for c in cands:
             c.over_target = target is not None and c.predicted_ttft_ms > target
         jitter = {id(c): self._rng.random() for c in cands}
-        cands.sort(key=lambda c: (c.stale, c.over_target, not c.has_room, -c.score, jitter[id(c)]))
+        # the SLO tier first (a late report must not send interactive traffic to a cluster predicted
+        # over its target), then fresh before stale, then room, then score
+        cands.sort(key=lambda c: (c.over_target, c.stale, not c.has_room, -c.score, jitter[id(c)]))
         return Ranking(cands, saturated, policy)
 
     @staticmethod

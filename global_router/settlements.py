@@ -66,5 +66,10 @@ class Settlements:
         for lease in o.leases:
             self.add(o.tenant, lease=lease)
 
+    def owes_requests(self, tenant_name: str) -> bool:
+        """Whether fallback admissions of this tenant are still to be charged to Redis."""
+        o = self._owed.get(tenant_name)
+        return o is not None and o.requests > 0
+
     def pending(self) -> int:
         return len(self._owed)

@@ -17,16 +17,21 @@ from common.errors import OpenAIError
 from global_router.ratelimit import LocalLimiter, RedisLimiter
 from tests.conftest import RedisServer, start_redis
 
+# Explicit timeouts instead of the 0.25 s default floor: on a loaded 2-core machine a healthy local
+# Redis call can take longer, and these tests assert Redis's answers, not the fallback's. (A dead
+# Redis refuses the connection at once, so the outage tests stay fast.)
+SLOW_MACHINE = {"timeout_s": 3.0, "max_timeout_s": 5.0}
+
 
 def _client(url: str) -> aioredis.Redis:
     return aioredis.Redis.from_url(
-        url, socket_timeout=0.25, socket_connect_timeout=0.25, retry=Retry(NoBackoff(), 0)
+        url, socket_timeout=5.0, socket_connect_timeout=5.0, retry=Retry(NoBackoff(), 0)
     )
 
 
 @pytest.fixture
 async def replicas(redis_server: RedisServer) -> AsyncIterator[list[RedisLimiter]]:
-    cfg = RedisConfig(url=redis_server.url, fail_mode="open")
+    cfg = RedisConfig(url=redis_server.url, fail_mode="open", **SLOW_MACHINE)
     out = []
     clients = []
     for _ in range(2):
@@ -128,7 +133,9 @@ async def test_fail_open_continues_from_the_last_known_budget_when_redis_dies(
     redis_server: RedisServer,
 ) -> None:
     c = _client(redis_server.url)
-    lim = RedisLimiter(c, RedisConfig(url=redis_server.url, fail_mode="open"), RateLimitSettings())
+    lim = RedisLimiter(
+        c, RedisConfig(url=redis_server.url, fail_mode="open", **SLOW_MACHINE), RateLimitSettings()
+    )
     await lim.start()
     assert lim.replicas.live == 1  # announced itself: the fallback's share is the whole limit
     tenant = Tenant(name="t-open", api_key_sha256=[], requests_per_minute=20)
@@ -150,7 +157,9 @@ async def test_local_admissions_are_charged_to_redis_when_it_is_back(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:
     c = _client(redis_server.url)
-    cfg = RedisConfig(url=redis_server.url, fail_mode="open", breaker_open_s=0.2, breaker_max_open_s=0.2)
+    cfg = RedisConfig(
+        url=redis_server.url, fail_mode="open", breaker_open_s=0.2, breaker_max_open_s=0.2, **SLOW_MACHINE
+    )
     lim = RedisLimiter(c, cfg, RateLimitSettings())
     await lim.start()
     tenant = Tenant(name="t-back", api_key_sha256=[], requests_per_minute=600)
@@ -180,7 +189,9 @@ async def test_local_admissions_are_charged_to_redis_when_it_is_back(
 
 async def test_fail_closed_refuses_when_redis_dies(redis_server: RedisServer) -> None:
     c = _client(redis_server.url)
-    lim = RedisLimiter(c, RedisConfig(url=redis_server.url, fail_mode="closed"), RateLimitSettings())
+    lim = RedisLimiter(
+        c, RedisConfig(url=redis_server.url, fail_mode="closed", **SLOW_MACHINE), RateLimitSettings()
+    )
     await lim.start()
     tenant = Tenant(name="t-closed", api_key_sha256=[], requests_per_minute=20)
     await lim.admit(tenant, 1)

@@ -244,15 +244,16 @@ async def test_client_errors_from_the_model_server_are_not_cluster_failures() ->
 
 async def test_stale_reports_keep_serving_until_requests_fail() -> None:
     async with harness(["a", "b"]) as h:
-        await h.publish("a", age_s=60)  # every agent silent for a minute: both stale
-        await h.publish("b", age_s=60)
+        # every agent silent for 20 s (staleAfterS 3): both stale, headroom aged to 3/20 of it
+        await h.publish("a", age_s=20, headroom=200)  # 30 left: a ranks first until it fails
+        await h.publish("b", age_s=20, headroom=20)
         for _ in range(4):
             r = await h.client.post("/v1/chat/completions", json=CHAT, headers=h.headers())
             assert r.status_code == 200
         h.gateways["a"].mode = "error500"  # now a really fails: ejected, b takes everything
-        for _ in range(6):
+        for _ in range(2):  # ejectAfterFailures: 2, each failed over to b within the request
             r = await h.client.post("/v1/chat/completions", json=CHAT, headers=h.headers())
-            assert r.status_code == 200 and r.headers["x-fleetgate-cluster"] in ("a", "b")
+            assert r.status_code == 200 and r.headers["x-fleetgate-cluster"] == "b"
         assert h.router.health.is_ejected("a")
         r = await h.client.post("/v1/chat/completions", json=CHAT, headers=h.headers())
         assert r.headers["x-fleetgate-cluster"] == "b"

@@ -66,7 +66,15 @@ def router_config(
         "failover": {"ejectAfterFailures": 2, "ejectBaseS": 5, "connectTimeoutS": 1.0},
     }
     if redis_url is not None:
-        data["redis"] = {"url": redis_url, "reportTtlS": 5, "failMode": fail_mode, "localShare": 0.5}
+        # explicit timeouts: on a loaded machine a healthy Redis call may exceed the 0.25 s floor
+        data["redis"] = {
+            "url": redis_url,
+            "reportTtlS": 5,
+            "failMode": fail_mode,
+            "localShare": 0.5,
+            "timeoutS": 3.0,
+            "maxTimeoutS": 5.0,
+        }
     data.update(extra)
     return load_config_data(data, GlobalRouterConfig)
 

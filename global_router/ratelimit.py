@@ -135,11 +135,11 @@ class _TenantLocal:
         self.in_use = 0
 
 
-def _seed(g: Gcra | None, remaining: int, share: float, at_ms: float, minus: int) -> None:
-    """Start a fallback bucket where the shared one was: `remaining x share - minus` left at `at_ms`."""
+def _seed(g: Gcra | None, remaining: int, share: float, at_ms: float) -> None:
+    """Start a fallback bucket where the shared one was: `remaining x share` left at `at_ms`."""
     if g is None or remaining < 0:
         return
-    left = min(g.limit, int(remaining * share)) - minus
+    left = min(g.limit, int(remaining * share))
     g.tat = at_ms + g.period_ms - left * g.interval_ms
 
 
@@ -175,13 +175,23 @@ class LocalLimiter:
         """Forget a tenant's buckets (they are seeded again from fresher knowledge)."""
         self._tenants.pop(tenant.name, None)
 
-    def seed(self, tenant: Tenant, seen: Seen, minus: int = 0) -> None:
-        """Start the tenant's buckets at `share` of what Redis last said was left, less `minus`
-        requests (and nothing of the token budget for them, as their sizes are unknown here)."""
+    def seed(self, tenant: Tenant, seen: Seen) -> None:
+        """Start the tenant's buckets at `share` of what Redis last said was left."""
         st = self._state(tenant)
         at_ms = seen.at_s * 1000.0
-        _seed(st.rpm, seen.req_remaining, self.share, at_ms, minus)
-        _seed(st.tpm, seen.tok_remaining, self.share, at_ms, 0)
+        _seed(st.rpm, seen.req_remaining, self.share, at_ms)
+        _seed(st.tpm, seen.tok_remaining, self.share, at_ms)
+
+    def charge(self, tenant: Tenant, tokens: int) -> None:
+        """Count an admission granted elsewhere (by Redis) against the tenant's local buckets."""
+        st = self._tenants.get(tenant.name)
+        if st is None:
+            return
+        now = self._clock() * 1000.0
+        if st.rpm:
+            st.rpm.commit(1, now)
+        if st.tpm:
+            st.tpm.commit(tokens, now)
 
     def has(self, tenant: Tenant) -> bool:
         return tenant.name in self._tenants
@@ -298,7 +308,9 @@ class RedisLimiter:
         self._inflight: dict[str, int] = {}  # tenant -> this replica's running requests
         self._fallback = LocalLimiter(share=self._default_share, clock=clock, inflight=self._in_use)
         self._fallback_at: dict[str, float] = {}  # tenant -> when its fallback bucket was seeded
-        self._calls: dict[str, int] = {}  # tenant -> admission calls in flight at Redis
+        self._closed_at = -math.inf  # when the breaker last closed (Redis came back)
+        self._seeded_from_redis: set[str] = set()  # tenants whose fallback started from a Redis answer
+        self._settle_grace_s = redis_cfg.breaker_max_open_s + 2 * self.SETTLE_AFTER_S
         self._seen: dict[str, Seen] = {}
         self.settlements = Settlements(clock)
         self._admit = LuaScript("admit")
@@ -390,6 +402,7 @@ class RedisLimiter:
             raise
         self.latency.observe(time.perf_counter() - t0)
         if self.breaker.success(route):
+            self._closed_at = self._clock()
             log.info("rate limiter: Redis answering again; breaker closed")
         return result
 
@@ -411,7 +424,6 @@ class RedisLimiter:
                 int(PERIOD_MS),
                 *(owed.args() if owed else [0, 0]),
             ]
-            self._calls[tenant.name] = self._calls.get(tenant.name, 0) + 1
             try:
                 raw = await self._call(route, functools.partial(self._admit, self._client, keys, args))
             except _REDIS_ERRORS:
@@ -422,6 +434,21 @@ class RedisLimiter:
                 self._seen[tenant.name] = Seen(self._clock(), out.req_remaining, out.tok_remaining)
                 if not out.allowed:
                     raise _refusal(out, tenant, tokens)
+                if (
+                    tenant.name in self._seeded_from_redis
+                    and self._fallback.has(tenant)
+                    and self._clock() < self._closed_at + self._settle_grace_s
+                ):
+                    # Redis just came back and other replicas may not have charged it for their
+                    # fallback admissions yet: this replica also keeps to its own share meanwhile
+                    local = self._fallback.decide(tenant, tokens)
+                    if not local.allowed:
+                        self.settlements.add(tenant, requests=-1, tokens=-tokens, lease=lease_id)
+                        raise _refusal(local, tenant, tokens)
+                else:
+                    # a fallback bucket, once seeded, counts every grant of this replica (calls in
+                    # flight at the seed, and those after Redis is back, until it is re-seeded)
+                    self._fallback.charge(tenant, tokens)
                 if lease_id:
                     self._leases[lease_id] = keys[2]
                 self._inflight[tenant.name] = self._inflight.get(tenant.name, 0) + 1
@@ -432,8 +459,6 @@ class RedisLimiter:
                     headers=out.headers(),
                     lease_id=lease_id,
                 )
-            finally:
-                self._calls[tenant.name] -= 1
         if self._fail_mode == "closed":
             status = self._settings.fail_closed_status
             raise OpenAIError(
@@ -446,21 +471,27 @@ class RedisLimiter:
         return self._fallback_admit(tenant, tokens)
 
     def _fallback_admit(self, tenant: Tenant, tokens: int) -> Admission:
-        # (Re)start the tenant's fallback bucket from what Redis last said — unless this replica
-        # admitted locally since and Redis has not been charged for it yet (it would then say too
-        # much is left). A tenant never seen since start begins empty, refilling at its share.
+        # (Re)start the tenant's fallback bucket from what Redis last said — unless Redis may not
+        # have been charged yet for fallback admissions (this replica's, or, for `_settle_grace_s`
+        # after Redis came back, the other replicas', which settle once their own breakers close):
+        # it would then say too much is left. A tenant never seen since start begins empty.
         seen = self._seen.get(tenant.name)
         created = self._fallback_at.get(tenant.name)
         if created is None or (
-            seen is not None and seen.at_s > created and not self.settlements.owes_requests(tenant.name)
+            seen is not None
+            and seen.at_s > created
+            and seen.at_s >= self._closed_at + self._settle_grace_s
+            and not self.settlements.owes_requests(tenant.name)
         ):
             self._fallback.drop(tenant)
             self._fallback.share = self.replicas.share(self._default_share)
-            base = seen or Seen(self._clock(), 0, 0)
-            # admissions of this replica still in flight at Redis may be granted from that same
-            # remainder: keep them out of the local share
-            busy = self._calls.get(tenant.name, 0)
-            self._fallback.seed(tenant, base, minus=busy)
+            # (admissions of this replica still in flight at Redis may yet be granted from that
+            # same remainder: each grant is charged to this bucket when its answer arrives)
+            self._fallback.seed(tenant, seen or Seen(self._clock(), 0, 0))
+            if seen is not None:  # (an empty cold-start bucket caps nothing after recovery)
+                self._seeded_from_redis.add(tenant.name)
+            else:
+                self._seeded_from_redis.discard(tenant.name)
             self._fallback_at[tenant.name] = self._clock()
         out = self._fallback.decide(tenant, tokens)
         if not out.allowed:

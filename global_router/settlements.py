@@ -24,7 +24,7 @@ from common.config.router import Tenant
 @dataclass(slots=True)
 class Owed:
     tenant: Tenant
-    requests: int = 0  # admissions made on the fallback, to charge
+    requests: int = 0  # admissions made on the fallback, to charge (< 0: grants given back)
     tokens: int = 0  # token delta: > 0 charge, < 0 refund
     leases: list[str] = field(default_factory=list)  # concurrency leases to free
     since: float = 0.0  # when the oldest part was recorded
@@ -62,7 +62,7 @@ class Settlements:
 
     def restore(self, o: Owed) -> None:
         """Put back a settlement whose call failed: charges and releases only (see module doc)."""
-        self.add(o.tenant, requests=o.requests, tokens=max(0, o.tokens))
+        self.add(o.tenant, requests=max(0, o.requests), tokens=max(0, o.tokens))
         for lease in o.leases:
             self.add(o.tenant, lease=lease)
 

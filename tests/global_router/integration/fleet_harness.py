@@ -50,12 +50,13 @@ def router_config(
     redis_url: str | None = None,
     fail_mode: str = "open",
     tenants: list[dict[str, Any]] | None = None,
+    stale_after_s: float = 1.5,
     **extra: Any,
 ) -> GlobalRouterConfig:
     data: dict[str, Any] = {
         "capacity": {
             "reportIntervalMs": 200,
-            "staleAfterS": 1.5,
+            "staleAfterS": stale_after_s,
             "agents": [{"clusterId": c, "tokenSha256": hash_key(agent_token(c))} for c in clusters],
         },
         "tenants": [

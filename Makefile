@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit install sysdeps clean
+.PHONY: demo test test-loaded lint typecheck unit install sysdeps clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -38,6 +38,11 @@ test: install sysdeps
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/pytest -q
+
+## The global-router tests with one CPU hog beside them (they must not race wall-clock windows).
+test-loaded: install sysdeps
+	@$(BIN)/python -c 'while 1: pass' & hog=$$!; \
+	  $(BIN)/pytest -q tests/global_router; rc=$$?; kill $$hog; exit $$rc
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

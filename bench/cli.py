@@ -34,7 +34,7 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "global": Scenario(
         "bench.global_bench",
-        "failover time, rate-limit accuracy across replicas, cost shaping, global hop",
+        "failover time, rate-limit accuracy across replicas, cost shaping, global hop, control-plane faults",
         own_report=True,
     ),
     "throughput": Scenario(

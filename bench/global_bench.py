@@ -10,7 +10,10 @@ capacity agent, `fleetgate global-router`); this process is only the client. Sec
   * ratelimit — the Redis Lua admission (one round trip per request) vs the in-process limiter:
     latency, throughput, and the admitted count of two replicas sharing one limit vs the exact budget;
   * cost — batch shaping vs a cost-blind baseline on three priced clusters: batch tokens and $ per
-    cluster, cost saved, interactive TTFT kept (details and the cost definition: bench/global_cost.py).
+    cluster, cost saved, interactive TTFT kept (details and the cost definition: bench/global_cost.py);
+  * faults — control-plane faults: every agent partitioned from the router for 30 s (and a cluster
+    killed meanwhile), Redis latency 0-600 ms and Redis unreachable for 10 s, admitted vs budget
+    (details: bench/global_faults.py).
 Writes the table to bench/results/global.md (`--out` overrides) and plots next to it
 (`<stem>_failover.png`, `<stem>_cost.png`); progress goes to stderr.
 """
@@ -173,13 +176,15 @@ class Fleet:
         *,
         profile: str = "tiny",
         capacity_type: str = "on-demand",
+        agent_port: int | None = None,
     ) -> Cluster:
+        """`agent_port`: where the agent reports (a fault-injecting relay); default the router's."""
         sim = procs.spawn(
             "sim", "--pods", str(pods), "--base-port", "0", "--profile", profile,
             "--time-scale", str(time_scale), "--seed", str(len(self.clusters)), "--log-level", "warning",
         )  # fmt: skip
         urls = procs.expect(sim.stdout, r"listening on (http://\S+)", pods)
-        path = write_gateway_config(self.tmp, cid, urls, self.grpc_port, cost, capacity_type)
+        path = write_gateway_config(self.tmp, cid, urls, agent_port or self.grpc_port, cost, capacity_type)
         gw = procs.spawn("gateway", "--config", str(path), "--port", "0", "--log-format", "text")
         port = procs.expect(gw.stderr, r"listening on http://127\.0\.0\.1:(\d+)", 1)[0]
         procs.drain_in_background(sim.stdout, sim.stderr, gw.stdout, gw.stderr)
@@ -512,12 +517,19 @@ async def section_netns(quick: bool, plot_dir: Path | None = None, stem: str = "
     return [Row("netns", metric, value, note) for metric, value, note in await measure(quick)]
 
 
+async def section_faults(quick: bool, plot_dir: Path | None = None, stem: str = "global") -> list[Row]:
+    from bench.global_faults import section_faults as run_faults  # it imports this module
+
+    return await run_faults(quick, plot_dir, stem)
+
+
 SECTIONS = {
     "hop": section_hop,
     "failover": section_failover,
     "ratelimit": section_ratelimit,
     "cost": section_cost,
     "netns": section_netns,
+    "faults": section_faults,
 }
 
 

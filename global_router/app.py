@@ -47,6 +47,7 @@ from global_router.metrics import (
     RouterMetrics,
 )
 from global_router.ratelimit import Admission, RateLimiter, reservation_tokens
+from global_router.readiness import Readiness
 from global_router.selection import Candidate, ClusterSelector, SelectionRequest, served_models
 from global_router.status_access import StatusAccess, redact
 from global_router.status_page import render_status
@@ -77,6 +78,7 @@ class RouterServices:
     metrics: RouterMetrics
     rates: RateMeter = field(default_factory=RateMeter)
     router_info: Callable[[], dict[str, Any]] = field(default=lambda: {})
+    readiness: Readiness | None = None  # None: ready whenever a cluster is routable
 
 
 def _encode_headers(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
@@ -282,12 +284,12 @@ def build_app(s: RouterServices) -> Litestar:
         await completion(scope, receive, send)
 
     def _models(request: Request[Any, Any, Any]) -> dict[str, dict[str, Any]]:
-        """Models of fresh clusters this tenant may use, in OpenAI's model-object shape."""
+        """Models of routable (fresh or stale) clusters this tenant may use, in OpenAI's shape."""
         tenant = s.tenants.authenticate(request.headers.get("authorization"))
         now = time.time()
         owners: dict[str, float] = {}
         for c in s.fleet.snapshot():
-            if s.selector.is_fresh(c, now):
+            if s.selector.is_known(c, now):
                 for m in served_models(c):
                     owners.setdefault(m, c.received_at)
         names = s.tenants.visible_models(tenant, sorted(owners))
@@ -308,8 +310,21 @@ def build_app(s: RouterServices) -> Litestar:
             raise not_found_model(model)
         return Response(msgspec.json.encode(found), media_type=MediaType.JSON)
 
+    def _update_gauges() -> None:
+        now = time.time()
+        snap = s.fleet.snapshot()
+        fresh = stale = 0
+        for c in snap:
+            is_fresh = s.selector.is_fresh(c, now)
+            fresh += is_fresh
+            stale += not is_fresh
+            s.metrics.report_age.labels(c.cluster_id).set(round(c.age(now), 3))
+            s.metrics.cluster_stale.labels(c.cluster_id).set(0 if is_fresh else 1)
+        s.metrics.fresh_clusters.set(fresh)
+        s.metrics.stale_clusters.set(stale)
+
     def _report() -> dict[str, Any]:
-        s.metrics.fresh_clusters.set(sum(1 for c in s.fleet.snapshot() if s.selector.is_fresh(c)))
+        _update_gauges()
         return fleet_report(
             s.fleet.snapshot(),
             stale_after_s=s.cfg.capacity.stale_after_s,
@@ -343,9 +358,25 @@ def build_app(s: RouterServices) -> Litestar:
             media_type=MediaType.JSON,
         )
 
+    @get("/ready")
+    async def ready() -> Response[bytes]:
+        readiness = s.readiness or Readiness(s.fleet, s.selector)
+        ok, detail = await readiness.check()
+        if ok:
+            return Response(msgspec.json.encode(detail), media_type=MediaType.JSON)
+        err = OpenAIError(
+            503,
+            "Not ready: no routable cluster yet"
+            + ("" if detail.get("redis_answered", True) else " and Redis has not answered")
+            + ".",
+            code="router_not_ready",
+            headers={"retry-after": "1"},
+        )
+        return openai_error_response(err)
+
     @get("/metrics", sync_to_thread=False)
     def metrics() -> Response[bytes]:
-        s.metrics.fresh_clusters.set(sum(1 for c in s.fleet.snapshot() if s.selector.is_fresh(c)))
+        _update_gauges()
         # the router's own registry, then the process-wide one (capacity server, process stats)
         body = generate_latest(s.metrics.registry) + generate_latest(REGISTRY)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
@@ -399,6 +430,7 @@ def build_app(s: RouterServices) -> Litestar:
             fleet,
             status_page,
             health,
+            ready,
             metrics,
             drain,
         ],

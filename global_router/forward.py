@@ -2,7 +2,7 @@
 
 Nothing is committed to the client until a cluster has answered well: a non-streaming body is read
 whole, a stream's first chunk is read, before the response starts. Until then a refused connection,
-a reset, a 5xx, a 429 (or a 404 from a stale catalogue) moves the request to the next-ranked
+a reset, a 5xx, a 429, a 401/403/404 (see `cluster_failure`) moves the request to the next-ranked
 cluster, within `maxAttempts` and the retry budget, so an admitted request survives a cluster dying
 under it. Once bytes have reached the client a broken stream is ended with an SSE error event and
 `[DONE]` — never silently truncated.
@@ -22,6 +22,7 @@ from common.config.router import Failover
 from common.errors import OpenAIError, error_body
 from common.telemetry import data_path_span
 from common.upstream import Response, UpstreamError, UpstreamPools
+from global_router.cluster_failure import counts_as_cluster_failure, retry_elsewhere
 from global_router.dispatch_tracker import DispatchTracker
 from global_router.failover import ClusterHealth, RetryBudget
 from global_router.gateway_address import GatewayAddress, parse_gateway_url
@@ -205,11 +206,9 @@ class Forwarder:
                     headers = downstream_headers(
                         (k.decode("latin-1"), v.decode("latin-1")) for k, v in resp.headers
                     )
-                    # 404: the report said the cluster serves the model but its gateway no longer
-                    # does (catalogue changed since) — another cluster may; not a health failure
-                    if status in (404, 429) or status >= 500:
+                    if retry_elsewhere(status):  # see global_router/cluster_failure.py
                         body = await resp.read(_remaining(deadline))
-                        if status >= 500:
+                        if counts_as_cluster_failure(status):
                             self._fail(cid)
                         raise _Retryable(f"HTTP {status}", status, body, headers)
                     if not req.stream or status >= 400:

@@ -70,6 +70,23 @@ class RouterMetrics:
         self.fresh_clusters = Gauge(
             "fleetgate_router_fresh_clusters", "Clusters with a fresh capacity report", registry=r
         )
+        self.stale_clusters = Gauge(
+            "fleetgate_router_stale_clusters",
+            "Clusters routed to on a stale report (older than staleAfterS, not yet forgotten)",
+            registry=r,
+        )
+        self.report_age = Gauge(
+            "fleetgate_router_cluster_report_age_seconds",
+            "Age of each known cluster's latest capacity report",
+            ["cluster"],
+            registry=r,
+        )
+        self.cluster_stale = Gauge(
+            "fleetgate_router_cluster_stale",
+            "1 while the cluster is routed to on a stale report",
+            ["cluster"],
+            registry=r,
+        )
 
 
 class RateMeter:

@@ -28,7 +28,8 @@ from global_router.fleet_view import FleetView, MemoryFleetView, RedisFleetView
 from global_router.forward import Forwarder
 from global_router.gateway_signer import GatewaySigner
 from global_router.metrics import RouterMetrics
-from global_router.ratelimit import build_limiter
+from global_router.ratelimit import RedisLimiter, build_limiter
+from global_router.readiness import Readiness
 from global_router.selection import ClusterSelector
 from global_router.stream_lease import RedisStreamLease
 from global_router.tenants import TenantDirectory
@@ -36,15 +37,21 @@ from global_router.tenants import TenantDirectory
 log = logging.getLogger("fleetgate.router")
 
 
-def redis_client(url: str, timeout_s: float) -> aioredis.Redis:
-    """Short timeouts and no client-side retries: a dead Redis must fail fast into the fail mode."""
-    return aioredis.Redis.from_url(
+def redis_client(url: str, timeout_s: float, max_connections: int = 64) -> aioredis.Redis:
+    """A bounded pool of reused connections (a burst waits for one instead of opening hundreds) and
+    no client-side retries: callers bound each call with their own (adaptive) timeout, and a dead
+    Redis must fail fast into the fail mode. `timeout_s` is only the socket's last resort."""
+    pool = aioredis.BlockingConnectionPool.from_url(
         url,
+        max_connections=max_connections,
+        timeout=timeout_s,
         socket_timeout=timeout_s,
         socket_connect_timeout=timeout_s,
         retry=Retry(NoBackoff(), 0),
         health_check_interval=0,
+        driver_info=None,  # no CLIENT SETINFO: a new connection costs one round trip, not three
     )
+    return aioredis.Redis(connection_pool=pool)
 
 
 class GlobalRouter:
@@ -63,16 +70,20 @@ class GlobalRouter:
         self.replica_id = uuid.uuid4().hex[:8]
         try:
             self.redis: aioredis.Redis | None = (
-                redis_client(cfg.redis.url, cfg.redis.timeout_s) if cfg.redis is not None else None
+                redis_client(cfg.redis.url, cfg.redis.max_timeout_s + 0.5, cfg.redis.max_connections)
+                if cfg.redis is not None
+                else None
             )
         except ValueError as exc:
             raise ConfigError(f"redis.url: {exc}") from None
         if fleet is not None:
             self.fleet: FleetView = fleet
         elif self.redis is not None and cfg.redis is not None:
-            self.fleet = RedisFleetView(self.redis, prefix=cfg.redis.key_prefix, ttl_s=cfg.redis.report_ttl_s)
+            # a report lives as long as the router may route on it (static stability)
+            ttl = max(cfg.redis.report_ttl_s, cfg.capacity.forget_after_s)
+            self.fleet = RedisFleetView(self.redis, prefix=cfg.redis.key_prefix, ttl_s=ttl)
         else:
-            self.fleet = MemoryFleetView(ttl_s=max(10.0, cfg.capacity.stale_after_s * 3))
+            self.fleet = MemoryFleetView(ttl_s=cfg.capacity.forget_after_s)
         self.metrics = RouterMetrics()
         self.tracker = DispatchTracker()
         self.health = ClusterHealth(cfg.failover)
@@ -83,9 +94,12 @@ class GlobalRouter:
             window_s=cfg.failover.retry_window_s,
         )
         self.selector = ClusterSelector(
-            cfg.selection, stale_after_s=cfg.capacity.stale_after_s, tracker=self.tracker
+            cfg.selection,
+            stale_after_s=cfg.capacity.stale_after_s,
+            forget_after_s=cfg.capacity.forget_after_s,
+            tracker=self.tracker,
         )
-        self.limiter = build_limiter(self.redis, cfg.redis, cfg.rate_limits)
+        self.limiter = build_limiter(self.redis, cfg.redis, cfg.rate_limits, replica_id=self.replica_id)
         self.tenants = TenantDirectory.from_config(cfg)
         self.signer = GatewaySigner.from_agents(cfg.capacity.agents)  # ConfigError: a secret is missing
         self._with_capacity = capacity_server
@@ -103,10 +117,15 @@ class GlobalRouter:
         view = "redis" if isinstance(self.fleet, RedisFleetView) else "memory"
         if isinstance(self.fleet, RedisFleetView) and not self.fleet.redis_ok:
             view = "redis (unreachable: local cache)"
-        return {"replica": self.replica_id, "fleet_view": view}
+        info: dict[str, Any] = {"replica": self.replica_id, "fleet_view": view}
+        if isinstance(self.limiter, RedisLimiter):
+            info["rate_limiter_redis"] = self.limiter.stats()
+        return info
 
     async def start(self) -> None:
         try:
+            # reports arrive within one interval of an agent (re)connecting; until then, 503 not 404
+            self.selector.start_warmup(self.cfg.capacity.stale_after_s)
             await self.fleet.start()
             await self.limiter.start()
             if self._with_capacity:
@@ -151,6 +170,9 @@ class GlobalRouter:
                 tracker=self.tracker,
                 metrics=self.metrics,
                 router_info=self._info,
+                readiness=Readiness(
+                    self.fleet, self.selector, self.redis.ping if self.redis is not None else None
+                ),
             )
             sock = listen_socket(self.cfg.host, self._http_port_cfg)
             config = server_config(build_app(services), self.cfg.server)

@@ -1,8 +1,12 @@
 """Which cluster serves a request: filter the fleet snapshot, score what is left, rank it.
 
-Filters: serves the model (or adapter), report fresh, not draining (cluster or operator), not ejected
-(failing open to ejected clusters when nothing else is left: an ejection is a guess, an outage
-is certain). Scorers (each 0..1, registry below) are weighted per traffic class. Ranking is by tier
+Filters: serves the model (or adapter), report not forgotten, not draining (cluster or operator), not
+ejected (failing open to ejected clusters when nothing else is left: an ejection is a guess, an outage
+is certain). Static stability: a report older than `staleAfterS` does not take its cluster out of
+rotation — agents fall silent for reasons that leave the data plane intact (a busy machine, a
+partition between agents and router, a restarted replica) — it only ranks the cluster behind every
+fresh one of the same SLO tier and ages its headroom (scaled by staleAfterS / age, as the cluster's real load drifts from
+what it said). Only request failures (ejection) or silence beyond `forgetAfterS` remove it. Scorers (each 0..1, registry below) are weighted per traffic class. Ranking is by tier
 first — interactive traffic puts clusters predicted over its TTFT target last, and every class puts
 clusters without room after those with room (so `batch`, weighted to cost, gets the cheapest cluster
 that has room) — then by weighted score. Headroom is the reported one minus what this replica has sent
@@ -48,6 +52,7 @@ class Candidate:
     network_ms: float
     cost: float  # $ per Mtok (or per GPU-hour, see `_price_per_token`), spot inflated by its risk
     over_target: bool = False
+    stale: bool = False  # report older than staleAfterS: ranked behind every fresh candidate
     score: float = 0.0
     parts: dict[str, float] = field(default_factory=dict)
 
@@ -138,11 +143,16 @@ class ClusterSelector:
         *,
         stale_after_s: float,
         tracker: DispatchTracker,
+        forget_after_s: float = 300.0,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
     ) -> None:
         self._sel = selection
         self._stale_after_s = stale_after_s
+        self._forget_after_s = max(forget_after_s, stale_after_s)
+        # Until then an unknown model is a 503 (reports may still be on their way), not a 404: see
+        # `start_warmup`.
+        self.warm_until = 0.0
         self._tracker = tracker
         self._clock = clock
         self._rng = rng or random.Random()
@@ -156,6 +166,26 @@ class ClusterSelector:
     def is_fresh(self, cluster: ClusterState, now: float | None = None) -> bool:
         return cluster.age(now if now is not None else self._clock()) <= self._stale_after_s
 
+    def is_known(self, cluster: ClusterState, now: float | None = None) -> bool:
+        """Not forgotten: the cluster is still routable on its last report (fresh or stale)."""
+        return cluster.age(now if now is not None else self._clock()) <= self._forget_after_s
+
+    def start_warmup(self, window_s: float) -> None:
+        """The router just started: for `window_s` a model nobody reported yet is 503 + retry-after."""
+        self.warm_until = self._clock() + window_s
+
+    def routable(self, clusters: list[ClusterState], now: float | None = None) -> int:
+        """How many clusters could take a request right now (for `/ready`)."""
+        now = self._clock() if now is None else now
+        return sum(
+            1
+            for c in clusters
+            if self.is_known(c, now)
+            and not c.draining
+            and not c.router_drain
+            and any(m.ready_pods > 0 for m in c.models.values())
+        )
+
     def network_ms(self, client_region: str | None, cluster_region: str) -> float:
         if not client_region:
             return 0.0
@@ -164,8 +194,15 @@ class ClusterSelector:
             return float(row[cluster_region])
         return 0.0 if client_region == cluster_region else self._sel.cross_region_latency_ms
 
-    def _candidate(self, cluster: ClusterState, cap: ModelCapacity, req: SelectionRequest) -> Candidate:
-        headroom = cap.headroom_requests - self._tracker.dispatched_since(cluster.cluster_id, cluster.seq)
+    def _candidate(
+        self, cluster: ClusterState, cap: ModelCapacity, req: SelectionRequest, now: float
+    ) -> Candidate:
+        reported = cap.headroom_requests
+        age = cluster.age(now)
+        stale = age > self._stale_after_s
+        if stale and reported > 0:  # aged: the older the report, the less of its headroom we trust
+            reported = int(reported * self._stale_after_s / age)
+        headroom = reported - self._tracker.dispatched_since(cluster.cluster_id, cluster.seq)
         overflow = max(0, -headroom)
         # Each request beyond the reported headroom waits roughly one prefill turn per pod.
         per_request_ms = max(cap.est_ttft_ms, 50.0) / max(1, cap.ready_pods)
@@ -177,28 +214,37 @@ class ClusterSelector:
         cost = cluster.cost_per_gpu_hour
         if cluster.capacity_type == "spot":
             cost *= 1.0 + self._sel.spot_discount_risk
-        return Candidate(cluster, cap, headroom, predicted, net, cost)  # per GPU-hour until priced
+        # cost per GPU-hour until priced
+        return Candidate(cluster, cap, headroom, predicted, net, cost, stale=stale)
 
     def rank(
         self, clusters: list[ClusterState], req: SelectionRequest, ejected: Collection[str] = ()
     ) -> Ranking:
-        """Ranked candidates; raises 404 (nobody serves the model), 503 (nobody usable) or 429 (shed)."""
+        """Ranked candidates; raises 404 (nobody serves the model), 503 (nobody usable, or the router
+        is starting and has no report yet) or 429 (shed)."""
         now = self._clock()
-        serving = [(c, cap) for c in clusters if (cap := model_capacity(c, req.model)) is not None]
+        known = [c for c in clusters if self.is_known(c, now)]
+        serving = [(c, cap) for c in known if (cap := model_capacity(c, req.model)) is not None]
         if not serving:
+            if not known or now < self.warm_until:
+                raise OpenAIError(
+                    503,
+                    f"The router has no capacity report serving `{req.model}` yet (starting up or "
+                    "reconnecting to its clusters); retry shortly.",
+                    code="fleet_warming_up",
+                    headers={"retry-after": "1"},
+                )
             raise not_found_model(req.model)
         usable = [
-            (c, cap)
-            for c, cap in serving
-            if self.is_fresh(c, now) and not c.draining and not c.router_drain and cap.ready_pods > 0
+            (c, cap) for c, cap in serving if not c.draining and not c.router_drain and cap.ready_pods > 0
         ]
         if not usable:
             raise unavailable(
-                f"No healthy cluster can serve `{req.model}` right now (stale, draining or no ready pods).",
+                f"No healthy cluster can serve `{req.model}` right now (draining or no ready pods).",
                 code="no_healthy_cluster",
             )
         healthy = [(c, cap) for c, cap in usable if c.cluster_id not in ejected]
-        cands = [self._candidate(c, cap, req) for c, cap in (healthy or usable)]
+        cands = [self._candidate(c, cap, req, now) for c, cap in (healthy or usable)]
         _price_per_token(cands)
         policy = self.policy(req.traffic_class)
         saturated = not any(c.has_room for c in cands)
@@ -215,7 +261,9 @@ class ClusterSelector:
         for c in cands:
             c.over_target = target is not None and c.predicted_ttft_ms > target
         jitter = {id(c): self._rng.random() for c in cands}
-        cands.sort(key=lambda c: (c.over_target, not c.has_room, -c.score, jitter[id(c)]))
+        # the SLO tier first (a late report must not send interactive traffic to a cluster predicted
+        # over its target), then fresh before stale, then room, then score
+        cands.sort(key=lambda c: (c.over_target, c.stale, not c.has_room, -c.score, jitter[id(c)]))
         return Ranking(cands, saturated, policy)
 
     def _score(self, cands: list[Candidate], policy: TrafficClassPolicy) -> None:

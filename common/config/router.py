@@ -24,9 +24,17 @@ class RedisConfig(_Base, kw_only=True):
     url: str  # redis://host:port/db ; with it every replica shares fleet view and rate limits
     key_prefix: str = "fleetgate:"
     fail_mode: Literal["open", "closed"] = "open"  # rate limits when Redis is down
-    local_share: Annotated[float, Meta(gt=0, le=1)] = 0.5  # fail-open: this replica's share of each limit
-    report_ttl_s: PositiveFloat = 10.0
-    timeout_s: PositiveFloat = 0.25
+    # fail-open before any replica count is known: this replica's share of each limit (afterwards the
+    # share is 1 / the replicas announced in Redis; see docs/global-router-resilience.md)
+    local_share: Annotated[float, Meta(gt=0, le=1)] = 0.5
+    report_ttl_s: PositiveFloat = 10.0  # floor of a report key's TTL (the TTL is max(this, forgetAfterS))
+    timeout_s: PositiveFloat = 0.25  # floor of the Redis call timeout (it adapts to measured latency)
+    max_timeout_s: PositiveFloat = 2.0  # ceiling of the adaptive timeout
+    breaker_failures: Annotated[int, Meta(ge=1)] = 2  # consecutive failures that open the breaker
+    breaker_open_s: PositiveFloat = 0.5  # first open period (doubles per failed half-open probe)
+    breaker_max_open_s: PositiveFloat = 5.0
+    replica_ttl_s: Annotated[float, Meta(ge=1)] = 10.0  # a replica's announcement lives this long
+    max_connections: Annotated[int, Meta(ge=1)] = 64  # pooled, reused Redis connections per replica
 
 
 class GatewayCredential(_Base, kw_only=True):
@@ -84,7 +92,11 @@ class CapacityServer(_Base, kw_only=True):
     host: str = "127.0.0.1"
     port: Port = 50051
     report_interval_ms: Annotated[int, Meta(ge=50)] = 1000
-    stale_after_s: PositiveFloat = 3.0  # a cluster silent this long is out of rotation
+    # a cluster silent this long is "stale": still routed to (behind fresh ones, figures aged) until
+    # requests to it fail or it is silent for forgetAfterS (static stability: see
+    # docs/global-router-resilience.md)
+    stale_after_s: PositiveFloat = 3.0
+    forget_after_s: PositiveFloat = 300.0
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     agents: list[AgentAuth] = msgspec.field(default_factory=list)

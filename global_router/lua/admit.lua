@@ -1,8 +1,11 @@
 -- Atomic admission for one tenant: requests/min and tokens/min (GCRA) and concurrency (leases).
 -- Nothing is committed unless every limit admits the request, so a refusal costs the tenant nothing.
+-- It first settles what this replica owes the tenant from earlier requests (as settle.lua does), so
+-- a busy tenant's reconciliation rides on its next admission: one round trip per request.
 -- KEYS: 1 request TAT, 2 token TAT, 3 concurrency lease zset
 -- ARGV: 1 rpm limit, 2 tpm limit, 3 concurrency limit (0 = unlimited each), 4 tokens to reserve,
---       5 lease id, 6 lease ttl ms, 7 period ms
+--       5 lease id, 6 lease ttl ms, 7 period ms,
+--       8 requests to charge, 9 token delta (negative refunds), 10.. lease ids to free (settlement)
 -- Returns {allowed, reason (0 ok, 1 requests, 2 tokens, 3 concurrency),
 --          req_remaining, req_reset_ms, tok_remaining, tok_reset_ms, retry_after_ms (-1 = never), in_use}
 local t = redis.call('TIME')
@@ -10,6 +13,27 @@ local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 local period = tonumber(ARGV[7])
 local rpm, tpm, conc = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local cost = tonumber(ARGV[4])
+
+local function shift(key, limit, delta)
+  if limit <= 0 or delta == 0 then return end
+  local iv = period / limit
+  local tat = tonumber(redis.call('GET', key) or '0')
+  local new_tat = nil
+  if delta > 0 then
+    new_tat = math.max(tat, now) + delta * iv
+  elseif tat > now then
+    new_tat = math.max(now, tat + delta * iv)
+  end
+  if new_tat ~= nil then
+    redis.call('SET', key, string.format('%.3f', new_tat), 'PX', math.ceil(new_tat - now) + 1000)
+  end
+end
+
+shift(KEYS[1], rpm, tonumber(ARGV[8] or '0'))
+shift(KEYS[2], tpm, tonumber(ARGV[9] or '0'))
+for i = 10, #ARGV do
+  redis.call('ZREM', KEYS[3], ARGV[i])
+end
 
 -- one GCRA limit: {ok, tat before, tat after, retry ms (-1 never)}
 local function gcra(key, limit, units)

@@ -220,7 +220,8 @@ def test_ha_render_has_hpa_pdb_services_and_hardened_pods() -> None:
         }
     (router,) = pod["containers"]
     assert router["args"] == ["global-router", "--config", "/run/fleetgate/router.yaml"]
-    assert router["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert router["readinessProbe"]["httpGet"]["path"] == "/ready"  # routable (and Redis seen)
+    assert router["livenessProbe"]["httpGet"]["path"] == "/health"
     (init,) = pod["initContainers"]
     (env,) = init["env"]
     assert env["valueFrom"]["secretKeyRef"] == {"name": "router-redis", "key": "url"}

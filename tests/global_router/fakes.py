@@ -26,7 +26,7 @@ class _Server(uvicorn.Server):
 class FakeGateway:
     """Answers completions like a cluster gateway would; `mode` switches its behaviour live.
 
-    modes: ok | error500 | error429 | error404 | break_stream (dies after two chunks) | slow (delay_s before answering)
+    modes: ok | error<status> (401 403 404 400 422 429 500) | break_stream (dies after two chunks) | slow (delay_s before answering)
     """
 
     def __init__(self, name: str, *, completion_tokens: int = 5, chunks: int = 5) -> None:
@@ -54,7 +54,7 @@ class FakeGateway:
         self.bodies.append(doc)
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
-        if self.mode in ("error500", "error429", "error404"):
+        if self.mode.startswith("error"):
             status = int(self.mode[-3:])
             err = {
                 "error": {

@@ -71,7 +71,7 @@ async def harness(names: list[str], cfg: GlobalRouterConfig | None = None) -> As
     gateways = {n: FakeGateway(n) for n in names}
     for g in gateways.values():
         await g.start()
-    fleet = MemoryFleetView(ttl_s=30)
+    fleet = MemoryFleetView(ttl_s=300)  # forgetAfterS: a slow test never loses its clusters
     router = GlobalRouter(cfg or router_config(), http_port=0, fleet=fleet, capacity_server=False)
     await router.start()
     h = Harness(router, fleet, gateways)

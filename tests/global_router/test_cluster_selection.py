@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
@@ -33,9 +34,9 @@ def test_more_headroom_and_shorter_queue_rank_first() -> None:
     assert _ids(_selector(), clusters)[0] == "idle"
 
 
-def test_stale_draining_and_operator_drained_clusters_are_filtered() -> None:
+def test_draining_operator_drained_and_forgotten_clusters_are_filtered() -> None:
     clusters = [
-        cluster("stale", age_s=10),
+        cluster("forgotten", age_s=400),  # past forgetAfterS (300 s)
         cluster("draining", draining=True),
         cluster("drained", router_drain=True),
         cluster("ok", headroom=1),
@@ -43,14 +44,58 @@ def test_stale_draining_and_operator_drained_clusters_are_filtered() -> None:
     assert _ids(_selector(), clusters) == ["ok"]
 
 
-def test_unknown_model_is_404_and_no_usable_cluster_is_503() -> None:
-    sel = _selector()
+def _at(now: float) -> ClusterSelector:
+    """A selector whose clock is pinned: ages are exact, whatever the machine's load."""
+    return ClusterSelector(
+        Selection(), stale_after_s=3.0, forget_after_s=60.0, tracker=DispatchTracker(), clock=lambda: now
+    )
+
+
+def test_a_stale_cluster_stays_routable_behind_fresh_ones_with_aged_headroom() -> None:
+    now = 1_000_000.0
+    stale = replace(cluster("stale", headroom=100), received_at=now - 30.0)  # 10x staleAfterS
+    fresh = replace(cluster("fresh", headroom=1, queued=5), received_at=now - 1.0)
+    ranking = _at(now).rank([stale, fresh], SelectionRequest(model=MODEL))
+    assert [c.cluster_id for c in ranking.candidates] == ["fresh", "stale"]  # better score, still behind
+    aged = ranking.candidates[1]
+    assert aged.stale and aged.headroom == 10  # 100 x 3 s / 30 s
+    # every agent silent (a partition, a busy router): the last-known-good view keeps serving
+    only_stale = _at(now).rank([stale], SelectionRequest(model=MODEL))
+    assert [c.cluster_id for c in only_stale.candidates] == ["stale"]
+    # beyond forgetAfterS the report no longer counts
     with pytest.raises(OpenAIError) as ei:
-        sel.rank([cluster("a")], SelectionRequest(model="nope"))
+        _at(now + 31.0).rank([stale], SelectionRequest(model=MODEL))
+    assert ei.value.status == 503 and ei.value.headers["retry-after"] == "1"
+
+
+def test_start_up_without_reports_is_a_retryable_503_not_a_404() -> None:
+    now = [1_000_000.0]
+    sel = ClusterSelector(Selection(), stale_after_s=3.0, tracker=DispatchTracker(), clock=lambda: now[0])
+    sel.start_warmup(3.0)
+    for fleet in ([], [replace(cluster("a", model="other"), received_at=now[0])]):
+        with pytest.raises(OpenAIError) as ei:
+            sel.rank(fleet, SelectionRequest(model=MODEL))
+        assert ei.value.status == 503 and ei.value.code == "fleet_warming_up"
+        assert ei.value.headers["retry-after"] == "1"
+    now[0] += 3.5  # warm-up over, and a cluster has reported: an unknown model is really unknown
+    with pytest.raises(OpenAIError) as ei:
+        sel.rank([replace(cluster("a", model="other"), received_at=now[0])], SelectionRequest(model=MODEL))
     assert ei.value.status == 404 and ei.value.code == "model_not_found"
-    with pytest.raises(OpenAIError) as ei:
-        sel.rank([cluster("a", age_s=60)], SelectionRequest(model=MODEL))
+    with pytest.raises(OpenAIError) as ei:  # an empty fleet stays a 503 even after the warm-up
+        sel.rank([], SelectionRequest(model=MODEL))
     assert ei.value.status == 503
+
+
+def test_routable_counts_known_serving_clusters() -> None:
+    now = 1_000_000.0
+    clusters = [
+        replace(cluster("fresh"), received_at=now),
+        replace(cluster("stale"), received_at=now - 30.0),
+        replace(cluster("forgotten"), received_at=now - 61.0),
+        replace(cluster("empty", ready_pods=0), received_at=now),
+        replace(cluster("draining", draining=True), received_at=now),
+    ]
+    assert _at(now).routable(clusters) == 2
 
 
 def test_adapter_requests_go_to_clusters_holding_the_adapter() -> None:

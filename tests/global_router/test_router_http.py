@@ -68,6 +68,7 @@ async def test_batch_tenant_gets_throughput_profile_and_sheddable_flag() -> None
 async def test_bad_requests_get_openai_errors() -> None:
     async with harness(["a"]) as h:
         await h.publish("a")
+        h.router.selector.start_warmup(0.0)  # past start-up: an unknown model is a 404, not a 503
         hd = h.headers()
         r = await h.client.post("/v1/chat/completions", content=b"{not json", headers=hd)
         assert r.status_code == 400 and _err(r)["code"] == "invalid_json"
@@ -136,18 +137,22 @@ async def test_models_fleet_status_and_health() -> None:
     async with harness(["a", "b"]) as h:
         await h.publish("a", model="m1")
         await h.publish("b", adapters=frozenset({"sql-lora"}))
-        await h.publish("old", model="m-stale", age_s=60)
+        await h.publish("old", model="m-stale", age_s=60)  # stale, not forgotten: still served
         r = await h.client.get("/v1/models", headers=h.headers())
         ids = [m["id"] for m in r.json()["data"]]
-        assert r.json()["object"] == "list" and ids == sorted([MODEL, "m1", "sql-lora"])
+        assert r.json()["object"] == "list" and ids == sorted([MODEL, "m1", "sql-lora", "m-stale"])
         r = await h.client.get("/v1/models", headers=h.headers("sk-m1"))
         assert [m["id"] for m in r.json()["data"]] == ["m1"]
         r = await h.client.get(f"/v1/models/{MODEL}", headers=h.headers())  # ids contain slashes
         assert r.status_code == 200 and r.json()["id"] == MODEL
-        r = await h.client.get("/v1/models/m-stale", headers=h.headers())
+        r = await h.client.get("/v1/models/m-gone", headers=h.headers())
         assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
         fleet = (await h.client.get("/fleet", headers=h.headers(ADMIN_KEY))).json()
         assert {c["id"]: c["fresh"] for c in fleet["clusters"]} == {"a": True, "b": True, "old": False}
+        assert {c["id"]: c["stale"] for c in fleet["clusters"]} == {"a": False, "b": False, "old": True}
+        metrics = (await h.client.get("/metrics")).text
+        assert 'fleetgate_router_cluster_stale{cluster="old"} 1.0' in metrics
+        assert "fleetgate_router_stale_clusters 1.0" in metrics
         assert fleet["router"]["rate_limiter"] == "local"
         assert set(fleet["regions"]) == {"us"}
         page = await h.client.get("/", headers=h.headers(ADMIN_KEY))
@@ -202,14 +207,71 @@ async def test_tokens_reconciled_with_real_usage() -> None:
         assert int(r.headers["x-ratelimit-remaining-tokens"]) >= 500 - 12 - 12 - 2
 
 
-async def test_gateway_404_from_stale_catalogue_fails_over() -> None:
+async def test_gateway_404_from_stale_catalogue_fails_over_and_counts() -> None:
     async with harness(["stale", "fresh"]) as h:
         await h.publish("stale", headroom=50)
         await h.publish("fresh", headroom=5)
         h.gateways["stale"].mode = "error404"
         r = await h.client.post("/v1/chat/completions", json=CHAT, headers=h.headers())
         assert r.status_code == 200 and r.headers["x-fleetgate-cluster"] == "fresh"
-        assert not h.router.health.is_ejected("stale")  # not a health failure
+        assert h.router.health.snapshot("stale")["consecutive_failures"] == 1
+
+
+async def test_gateway_401_and_403_are_cluster_failures_that_eject() -> None:
+    for status in (401, 403):
+        async with harness(["broken", "ok"]) as h:
+            await h.publish("broken", headroom=50)
+            await h.publish("ok", headroom=5)
+            h.gateways["broken"].mode = f"error{status}"
+            for _ in range(2):  # ejectAfterFailures: 2
+                r = await h.client.post("/v1/chat/completions", json=CHAT, headers=h.headers())
+                assert r.status_code == 200 and r.headers["x-fleetgate-cluster"] == "ok"
+            assert h.router.health.is_ejected("broken"), status
+
+
+async def test_client_errors_from_the_model_server_are_not_cluster_failures() -> None:
+    for status in (400, 422):
+        async with harness(["a", "b"]) as h:
+            await h.publish("a", headroom=50)
+            await h.publish("b", headroom=5)
+            h.gateways["a"].mode = f"error{status}"
+            for _ in range(3):
+                r = await h.client.post("/v1/chat/completions", json=CHAT, headers=h.headers())
+                assert r.status_code == status and r.headers["x-fleetgate-cluster"] == "a"
+            assert not h.gateways["b"].requests  # not retried elsewhere
+            assert h.router.health.snapshot("a")["consecutive_failures"] == 0
+
+
+async def test_stale_reports_keep_serving_until_requests_fail() -> None:
+    async with harness(["a", "b"]) as h:
+        # every agent silent for 20 s (staleAfterS 3): both stale, headroom aged to 3/20 of it
+        await h.publish("a", age_s=20, headroom=200)  # 30 left: a ranks first until it fails
+        await h.publish("b", age_s=20, headroom=20)
+        for _ in range(4):
+            r = await h.client.post("/v1/chat/completions", json=CHAT, headers=h.headers())
+            assert r.status_code == 200
+        h.gateways["a"].mode = "error500"  # now a really fails: ejected, b takes everything
+        for _ in range(2):  # ejectAfterFailures: 2, each failed over to b within the request
+            r = await h.client.post("/v1/chat/completions", json=CHAT, headers=h.headers())
+            assert r.status_code == 200 and r.headers["x-fleetgate-cluster"] == "b"
+        assert h.router.health.is_ejected("a")
+        r = await h.client.post("/v1/chat/completions", json=CHAT, headers=h.headers())
+        assert r.headers["x-fleetgate-cluster"] == "b"
+
+
+async def test_start_up_is_503_with_retry_after_and_ready_follows_the_fleet() -> None:
+    async with harness(["a"]) as h:
+        r = await h.client.post("/v1/chat/completions", json=CHAT, headers=h.headers())
+        assert r.status_code == 503 and _err(r)["code"] == "fleet_warming_up"
+        assert r.headers["retry-after"] == "1"
+        r = await h.client.get("/ready")
+        assert r.status_code == 503 and _err(r)["code"] == "router_not_ready"
+        assert (await h.client.get("/health")).status_code == 200  # alive, just not ready
+        await h.publish("a")
+        r = await h.client.get("/ready")
+        assert r.status_code == 200 and r.json() == {"ready": True, "routable_clusters": 1}
+        r = await h.client.post("/v1/chat/completions", json=CHAT, headers=h.headers())
+        assert r.status_code == 200
 
 
 async def test_private_status_needs_the_admin_key() -> None:

@@ -71,12 +71,13 @@ def router_config(
     redis_url: str | None = None,
     fail_mode: str = "open",
     tenants: list[dict[str, Any]] | None = None,
+    stale_after_s: float = 1.5,
     **extra: Any,
 ) -> GlobalRouterConfig:
     data: dict[str, Any] = {
         "capacity": {
             "reportIntervalMs": 200,
-            "staleAfterS": 1.5,
+            "staleAfterS": stale_after_s,
             "agents": [agent_entry(c) for c in clusters],
         },
         "tenants": [
@@ -88,7 +89,15 @@ def router_config(
         "adminKeySha256": hash_key(ADMIN_KEY),
     }
     if redis_url is not None:
-        data["redis"] = {"url": redis_url, "reportTtlS": 5, "failMode": fail_mode, "localShare": 0.5}
+        # explicit timeouts: on a loaded machine a healthy Redis call may exceed the 0.25 s floor
+        data["redis"] = {
+            "url": redis_url,
+            "reportTtlS": 5,
+            "failMode": fail_mode,
+            "localShare": 0.5,
+            "timeoutS": 3.0,
+            "maxTimeoutS": 5.0,
+        }
     data.update(extra)
     return load_config_data(data, GlobalRouterConfig)
 

@@ -1,4 +1,5 @@
-"""Redis dies mid-run: `failMode: open` keeps serving within a local share, `closed` refuses."""
+"""Redis dies mid-run: `failMode: open` keeps serving on its share of the last known budget, `closed`
+refuses."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from global_router.ratelimit import RedisLimiter
 from global_router.tenants import hash_key
 from tests.eventually import eventually
 from tests.global_router.integration.fleet_harness import (
@@ -34,6 +36,10 @@ async def test_redis_killed_mid_run_follows_the_fail_mode(redis_server: RedisSer
     try:
         for r in (open_router, closed_router):
             await eventually(fresh_ready(r, ["c1"]), within=15, what="cluster fresh")
+        limiter = open_router.limiter
+        assert isinstance(limiter, RedisLimiter)
+        # replicas announce themselves every replicaTtlS / 3: the open one learns it has a peer
+        await eventually(lambda: limiter.replicas.live == 2, within=15, what="two replicas announced")
         async with httpx.AsyncClient(timeout=30) as client:
             for r in (open_router, closed_router):
                 resp = await client.post(f"{r.url}/v1/chat/completions", json=body, headers=hdrs)
@@ -50,7 +56,9 @@ async def test_redis_killed_mid_run_follows_the_fail_mode(redis_server: RedisSer
                 ).status_code
                 for _ in range(30)
             ]
-            assert statuses.count(200) == 20, statuses  # localShare 0.5 of 40/min, enforced in process
+            # the open replica last saw 39 of 40 left; two replicas announced themselves, so its
+            # fallback goes on with half of that (one more if GCRA refilled on a slow machine)
+            assert statuses.count(200) in (19, 20), statuses
             assert set(statuses) == {200, 429}
             health = (await client.get(f"{open_router.url}/health")).json()
             assert health["rate_limiter"] == "fallback-open"

@@ -26,7 +26,9 @@ pytestmark = pytest.mark.timeout(90)
 
 
 async def test_batch_fills_cheap_spot_while_interactive_keeps_its_ttft_target(tmp_path: Path) -> None:
-    router = await start_router(router_config(["cheap", "premium"]))
+    # what is measured is placement by class, not freshness: a report a loaded machine delivers
+    # late must not rank its cluster behind the other (staleAfterS 10 instead of the harness's 1.5)
+    router = await start_router(router_config(["cheap", "premium"], stale_after_s=10.0))
     # one spot pod 4x slower than three on-demand pods at 8x the price: cheaper per token too
     cheap = await start_cluster(
         "cheap", tmp_path, router.grpc_port, pods=1, cost=0.5, capacity_type="spot", time_scale=4

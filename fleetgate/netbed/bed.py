@@ -444,6 +444,15 @@ class Testbed:
             if c["fresh"] and c["models"].get(MODEL, {}).get("ready_pods", 0) > 0
         }
 
+    def routable_at(self, replica: int) -> set[str]:
+        """Clusters replica `replica` would route MODEL to: fresh, or stale on last-known data
+        (static stability: a stale report keeps its cluster in rotation until it is forgotten)."""
+        try:
+            doc = self.fleet(replica)
+        except (httpx.HTTPError, ValueError):
+            return set()
+        return {c["id"] for c in doc["clusters"] if c["models"].get(MODEL, {}).get("ready_pods", 0) > 0}
+
     def wait_fresh(
         self, cluster_ids: list[str], within_s: float = 30.0, replicas: list[int] | None = None
     ) -> None:

@@ -9,7 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.eventually import eventually
 from tests.global_router.integration.fleet_harness import (
+    ADMIN_KEY,
     KEY,
     MODEL,
     SimCluster,
@@ -17,7 +19,6 @@ from tests.global_router.integration.fleet_harness import (
     router_config,
     start_cluster,
     start_router,
-    wait_for,
 )
 
 pytestmark = pytest.mark.timeout(90)
@@ -39,12 +40,12 @@ async def test_silent_agents_do_not_stop_traffic_but_a_dead_cluster_is_ejected(t
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
     hdrs = {"authorization": f"Bearer {KEY}"}
     try:
-        await wait_for(fresh_ready(router, ["a", "b"]), within_s=15, what="both clusters fresh")
+        await eventually(fresh_ready(router, ["a", "b"]), within=15, what="both clusters fresh")
         await _stop_agent(a)
         await _stop_agent(b)
-        await wait_for(
+        await eventually(
             lambda: not any(router.selector.is_fresh(c) for c in router.fleet.snapshot()),
-            within_s=20,
+            within=20,
             what="both reports stale",
         )
         async with httpx.AsyncClient(timeout=30) as client:
@@ -53,7 +54,8 @@ async def test_silent_agents_do_not_stop_traffic_but_a_dead_cluster_is_ejected(t
                 for _ in range(20)
             ]
             assert statuses == [200] * 20
-            fleet = (await client.get(f"{router.url}/fleet")).json()
+            admin = {"authorization": f"Bearer {ADMIN_KEY}"}  # /fleet is private (docs/security.md)
+            fleet = (await client.get(f"{router.url}/fleet", headers=admin)).json()
             assert {c["id"]: c["stale"] for c in fleet["clusters"]} == {"a": True, "b": True}
             assert (await client.get(f"{router.url}/ready")).status_code == 200
 

@@ -58,4 +58,4 @@ def test_results_header_names_the_command_and_machine() -> None:
 
 
 def test_global_bench_knows_the_cost_section() -> None:
-    assert list(global_bench.SECTIONS) == ["hop", "failover", "ratelimit", "cost", "netns"]
+    assert list(global_bench.SECTIONS) == ["hop", "failover", "ratelimit", "cost", "netns", "faults"]

@@ -8,17 +8,28 @@ access-log line in each tier, so one grep follows a request through the whole pa
 The access log is one JSON line per request at INFO on logger `fleetgate.access` (switch:
 `accessLog: false` in either tier's config). A record is filled in as the request goes and written
 once, whatever way the request ends.
+
+Cost: through `logging` (record, JSON formatter with redaction, a locked write and flush per line)
+a line cost ~15% of a proxied request's CPU. When the process logs JSON through
+`common.telemetry.setup_logging` alone (every Fleetgate server), lines of the same shape are
+encoded with msgspec and written in batches every 50 ms instead (`_FastSink`); any other logging
+set-up (tests' caplog, a library user's handlers) gets ordinary log records.
 """
 
 from __future__ import annotations
 
+import asyncio
+import datetime as _dt
 import logging
 import os
 import re
+import sys
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
@@ -27,6 +38,77 @@ _RID = REQUEST_ID_HEADER.encode()
 _VALID = re.compile(r"[A-Za-z0-9._:@/+=-]{1,128}")
 
 access_log = logging.getLogger("fleetgate.access")
+
+_FLUSH_S = 0.05
+_FLUSH_BYTES = 64 * 1024
+
+
+class _FastSink:
+    """Batched JSON lines on stderr, the shape `common.telemetry.JsonFormatter` writes."""
+
+    def __init__(self) -> None:
+        self._lines: list[bytes] = []
+        self._size = 0
+        self._scheduled = False
+        self._encode = msgspec.json.Encoder().encode
+
+    def emit(self, service: str, extra: dict[str, Any]) -> None:
+        entry = {
+            "ts": _dt.datetime.now(tz=_dt.UTC).isoformat(timespec="milliseconds"),
+            "level": "INFO",
+            "service": service,
+            "logger": access_log.name,
+            "msg": "request",
+            **extra,
+        }
+        line = self._encode(entry) + b"\n"
+        self._lines.append(line)
+        self._size += len(line)
+        if self._size >= _FLUSH_BYTES:
+            self.flush()
+        elif not self._scheduled:
+            try:
+                asyncio.get_running_loop().call_later(_FLUSH_S, self.flush)
+                self._scheduled = True
+            except RuntimeError:  # no loop (a sync caller): write at once
+                self.flush()
+
+    def flush(self) -> None:
+        self._scheduled = False
+        if not self._lines:
+            return
+        data, self._lines, self._size = b"".join(self._lines), [], 0
+        try:
+            sys.stderr.flush()
+            out = getattr(sys.stderr, "buffer", None)
+            if out is not None:
+                out.write(data)
+                out.flush()
+            else:
+                sys.stderr.write(data.decode())
+        except (OSError, ValueError):  # stderr closed at shutdown
+            pass
+
+
+_sink = _FastSink()
+
+
+def _fast_service() -> str | None:
+    """The service name when Fleetgate's JSON logging is the only handler, else None."""
+    if access_log.handlers or not access_log.propagate:
+        return None
+    handlers = logging.getLogger().handlers
+    if len(handlers) != 1:
+        return None
+    fmt = handlers[0].formatter
+    service = getattr(fmt, "service", None)
+    if type(handlers[0]).__name__ != "_FleetgateHandler" or type(fmt).__name__ != "JsonFormatter":
+        return None
+    return service if isinstance(service, str) else None
+
+
+def flush_access_log() -> None:
+    _sink.flush()
 
 
 def request_id(client_value: str | None) -> str:
@@ -104,4 +186,8 @@ class RequestRecord:
             extra["prompt_tokens"] = self.prompt_tokens
         if self.completion_tokens is not None:
             extra["completion_tokens"] = self.completion_tokens
-        access_log.info("request", extra=extra)
+        service = _fast_service()
+        if service is not None:
+            _sink.emit(service, extra)
+        else:
+            access_log.info("request", extra=extra)

@@ -42,6 +42,9 @@ _METRICS = (
     b'vllm:num_requests_running{model_name="' + MODEL.encode() + b'"} 0\n'
     b'vllm:kv_cache_usage_perc{model_name="' + MODEL.encode() + b'"} 0.0\n'
 )
+_SERVED = b'vllm:request_success_total{model_name="' + MODEL.encode() + b'"} '
+_served = [0]  # requests answered by this process: counters that move, as a real engine's do
+# (a /metrics body that never changes while requests are sent is what the gateway calls frozen)
 
 
 @dataclass
@@ -102,6 +105,7 @@ class _Proto(asyncio.Protocol):
         self.url, self.body = b"", []
         method = self.parser.get_method()
         if method == b"POST" and url.startswith(b"/v1/"):
+            _served[0] += 1
             if b'"stream":true' in body.replace(b" ", b""):
                 task = asyncio.ensure_future(self._stream())
                 self.tasks.add(task)
@@ -109,7 +113,8 @@ class _Proto(asyncio.Protocol):
                 return
             self.transport.write(_response(b"200 OK", b"application/json", _COMPLETION))
         elif url.startswith(b"/metrics"):
-            self.transport.write(_response(b"200 OK", b"text/plain; version=0.0.4", _METRICS))
+            body = _METRICS + _SERVED + str(_served[0]).encode() + b"\n"
+            self.transport.write(_response(b"200 OK", b"text/plain; version=0.0.4", body))
         elif url.startswith(b"/v1/models"):
             self.transport.write(_response(b"200 OK", b"application/json", _MODELS))
         elif url.startswith(b"/health"):

@@ -155,6 +155,17 @@ def _ready(front: Front, proc: subprocess.Popen[bytes], log: Path, timeout_s: fl
 
 # --- Fleetgate ---------------------------------------------------------------------------------
 _GATEWAY_PORT = r"cluster gateway \S+ listening on http://127\.0\.0\.1:(\d+)"
+# `fleetgate gateway` defaults to one serving process per core: measure once the last one is up
+_LAST_WORKER = rf"gateway worker {max(1, (os.cpu_count() or 1) - 1)} \(pid (\d+)\) serving"
+
+
+def _wait_gateway(proc: subprocess.Popen[bytes], log: Path) -> str:
+    port = wait_log(proc, log, _GATEWAY_PORT)
+    if (os.cpu_count() or 1) > 1:
+        wait_log(proc, log, _LAST_WORKER)
+    return port
+
+
 _PICKER_PORT = r"ext_proc endpoint picker listening on 127\.0\.0\.1:(\d+)"
 
 
@@ -165,7 +176,7 @@ def _fleetgate(*args: str) -> list[str]:
 
 def embedded(launch: Launcher, backend: str) -> Front:
     proc, log = launch.start("embedded", _fleetgate("gateway", "--pods", backend, "--port", "0"))
-    port = wait_log(proc, log, _GATEWAY_PORT)
+    port = _wait_gateway(proc, log)
     return _ready(
         Front("Fleetgate embedded proxy", f"http://127.0.0.1:{port}", [proc.pid], logs=[log]), proc, log
     )
@@ -231,7 +242,7 @@ def global_router(launch: Launcher, backend: str) -> Front:
         launch.workdir, "bench", [backend], grpc_port, scrape_interval_ms=100, report_interval_ms=1000
     )
     gw, gw_log = launch.start("global-gateway", _fleetgate("gateway", "--config", str(gw_cfg), "--port", "0"))
-    wait_log(gw, gw_log, _GATEWAY_PORT)
+    _wait_gateway(gw, gw_log)
     try:
         wait_fresh(url, ["bench"], MODEL, time.monotonic() + 30)
     except RuntimeError as exc:

@@ -40,7 +40,7 @@ def apply_snapshot(pool: EndpointPool, snap: Snapshot, unreported: dict[str, int
         if v.ejected_until > pod.ejected_until:
             pod.ejected_until = v.ejected_until
         if v.catalog_exact:
-            pool.set_catalog(v.name, v.base_models, {a: p for a, p in v.adapters.items()})
+            pool.set_catalog(v.name, v.base_models, v.adapters)
         elif v.base_models:
             pool.set_models(v.name, v.base_models)
 

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Iterable
 
 from common.upstream.connection import Connection, Response
-from common.upstream.errors import ConnectFailed, PoolTimeout, UpstreamClosed, UpstreamTimeout
+from common.upstream.errors import ConnectFailed, PoolTimeout, UpstreamClosed
 
 
 def _expire(fut: asyncio.Future[Connection | None]) -> None:
@@ -277,4 +277,4 @@ class UpstreamPools:
         self._pools.clear()
 
 
-__all__ = ["HostPool", "Response", "UpstreamPools", "UpstreamTimeout"]
+__all__ = ["HostPool", "Response", "UpstreamPools"]

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import grpc
@@ -27,7 +28,7 @@ from common.config.loader import ConfigError
 from common.config.router import CapacityServer as CapacityServerConfig
 from common.proto.fleetgate.v1 import capacity_pb2, capacity_pb2_grpc
 from global_router.agent_auth import AgentAuthenticator, AuthError
-from global_router.fleet_view import FleetView, state_from_report
+from global_router.fleet_view import ClusterState, state_from_report
 from global_router.report_policy import PolicyRefusal, ReportPolicy
 from global_router.stream_lease import RedisStreamLease
 
@@ -55,6 +56,14 @@ class CapacityMetrics:
         self.streams = Gauge(
             "fleetgate_capacity_agent_streams", "Open agent report streams", registry=registry
         )
+
+
+class ReportSink(Protocol):
+    """Where accepted reports go: a fleet view, or the mailbox to one on another loop."""
+
+    async def publish(self, state: ClusterState) -> None: ...
+
+    def router_drained(self, cluster_id: str) -> bool: ...
 
 
 class ReportError(ValueError):
@@ -215,7 +224,7 @@ class CapacityServer:
     def __init__(
         self,
         cfg: CapacityServerConfig,
-        fleet: FleetView,
+        fleet: ReportSink,
         *,
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,  # stream silence (tests inject one)

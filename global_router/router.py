@@ -6,6 +6,7 @@ one replica keeps both in process. `http_port` / `grpc_port` override the config
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from typing import Any
@@ -18,12 +19,15 @@ from redis.backoff import NoBackoff
 
 from common.asgi import EmbeddedServer, listen_socket, server_config
 from common.config.loader import ConfigError
+from common.config.router import CapacityServer as CapacityServerConfig
 from common.config.router import GlobalRouterConfig
+from common.control_thread import ControlThread
 from common.upstream import UpstreamPools
 from global_router.app import RouterServices, build_app
 from global_router.capacity_server import CapacityServer
 from global_router.dispatch_tracker import DispatchTracker
 from global_router.failover import ClusterHealth, RetryBudget
+from global_router.fleet_mailbox import FleetMailbox
 from global_router.fleet_view import FleetView, MemoryFleetView, RedisFleetView
 from global_router.forward import Forwarder
 from global_router.gateway_signer import GatewaySigner
@@ -104,6 +108,10 @@ class GlobalRouter:
         self.signer = GatewaySigner.from_agents(cfg.capacity.agents)  # ConfigError: a secret is missing
         self._with_capacity = capacity_server
         self.capacity: CapacityServer | None = None
+        # the capacity streams run on their own thread and loop: data traffic cannot starve them
+        self._control: ControlThread | None = None
+        self._mailbox: FleetMailbox | None = None
+        self._control_redis: aioredis.Redis | None = None
         self._upstreams: UpstreamPools | None = None
         self._server: EmbeddedServer | None = None
         self.http_port = 0
@@ -129,20 +137,7 @@ class GlobalRouter:
             await self.fleet.start()
             await self.limiter.start()
             if self._with_capacity:
-                cap_cfg = msgspec.structs.replace(self.cfg.capacity, port=self._grpc_port_cfg)
-                # its series (reports accepted/refused, streams) on the router's /metrics
-                lease = None
-                if self.redis is not None and self.cfg.redis is not None:  # one stream per cluster fleet-wide
-                    lease = RedisStreamLease(
-                        self.redis,
-                        prefix=self.cfg.redis.key_prefix,
-                        ttl_s=self.cfg.capacity.stale_after_s,
-                        timeout_s=self.cfg.redis.timeout_s,
-                    )
-                self.capacity = CapacityServer(
-                    cap_cfg, self.fleet, registry=self.metrics.registry, lease=lease
-                )
-                self.grpc_port = await self.capacity.start()
+                await self._start_capacity()
             f = self.cfg.failover
             self._upstreams = UpstreamPools(
                 max_connections=f.max_connections_per_gateway,
@@ -188,6 +183,52 @@ class GlobalRouter:
             await self.stop()
             raise
 
+    async def _start_capacity(self) -> None:
+        """The capacity server on the control thread; accepted reports reach the fleet view
+        through the mailbox, so a directive never waits for a busy data loop."""
+        cap_cfg = msgspec.structs.replace(self.cfg.capacity, port=self._grpc_port_cfg)
+        self._mailbox = FleetMailbox(self.fleet, asyncio.get_running_loop())
+        self._mailbox.start()
+        self._control = ControlThread("fleetgate-capacity")
+        self._control.start()
+        self.capacity = await self._control.run(self._build_capacity(cap_cfg, self._mailbox))
+        self.grpc_port = self.capacity.port or 0
+
+    async def _build_capacity(self, cap_cfg: CapacityServerConfig, mailbox: FleetMailbox) -> CapacityServer:
+        """Runs on the control loop: its Redis client (the stream lease) belongs to that loop."""
+        lease = None
+        if self.cfg.redis is not None:  # one stream per cluster fleet-wide
+            r = self.cfg.redis
+            self._control_redis = redis_client(r.url, r.max_timeout_s + 0.5, 8)
+            lease = RedisStreamLease(
+                self._control_redis,
+                prefix=r.key_prefix,
+                ttl_s=self.cfg.capacity.stale_after_s,
+                timeout_s=r.timeout_s,
+            )
+        # its series (reports accepted/refused, streams) on the router's /metrics
+        server = CapacityServer(cap_cfg, mailbox, registry=self.metrics.registry, lease=lease)
+        await server.start()
+        return server
+
+    async def _stop_capacity(self) -> None:
+        capacity, self.capacity = self.capacity, None
+        control, self._control = self._control, None
+        if control is not None and control.alive:
+            redis, self._control_redis = self._control_redis, None
+
+            async def shut() -> None:
+                if capacity is not None:
+                    await capacity.stop()
+                if redis is not None:
+                    await redis.aclose()
+
+            await control.run(shut())
+            control.stop()
+        if self._mailbox is not None:
+            await self._mailbox.stop()
+            self._mailbox = None
+
     def _pin_own_addresses(self) -> None:
         """Reports may not point the fleet at the router's own HTTP port or its Redis."""
         if self.capacity is None:
@@ -202,9 +243,7 @@ class GlobalRouter:
         if self._server is not None:
             await self._server.stop(log)
             self._server = None
-        if self.capacity is not None:
-            await self.capacity.stop()
-            self.capacity = None
+        await self._stop_capacity()
         await self.limiter.stop()
         await self.fleet.stop()
         if self._upstreams is not None:

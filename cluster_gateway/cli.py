@@ -13,17 +13,12 @@ from typing import TYPE_CHECKING
 from common import runloop
 from common.config.gateway import GatewaySpec
 from common.config.loader import ConfigError, load_config, load_config_data
+from common.worker_processes import resolve_count, workers_arg
 
 if TYPE_CHECKING:
     from cluster_gateway.gateway import ClusterGateway
 
 log = logging.getLogger("fleetgate.gateway")
-
-
-def _positive_or_auto(value: str) -> str:
-    if value != "auto" and not (value.isdigit() and 1 <= int(value) <= 256):
-        raise argparse.ArgumentTypeError(f"{value!r}: give a number of processes (1-256) or auto")
-    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers",
         default="auto",
-        type=_positive_or_auto,
+        type=workers_arg,
         help="serving processes sharing the ports (default auto: one per core); discovery, scraping "
         "and the capacity agent run once, in the first",
     )
@@ -95,9 +90,7 @@ def build_spec(args: argparse.Namespace) -> GatewaySpec:
 
 
 def _workers(args: argparse.Namespace) -> int:
-    if args.workers in (None, "auto"):
-        return os.cpu_count() or 1
-    return int(args.workers)
+    return resolve_count(args.workers)
 
 
 async def _serve(spec: GatewaySpec, args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ import msgspec
 from common import runloop
 from common.config.loader import ConfigError, load_config
 from common.config.router import GlobalRouterConfig
+from common.worker_processes import resolve_count, workers_arg
 from global_router.tenants import hash_key
 
 log = logging.getLogger("fleetgate.router")
@@ -33,6 +34,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="print the SHA-256 form of an API key for `tenants[].apiKeySha256` (or `adminKeySha256`) and exit; "
         "pass - to read the key from stdin (keeps it out of shell history)",
     )
+    parser.add_argument(
+        "--workers",
+        default="auto",
+        type=workers_arg,
+        help="serving processes on the HTTP port (SO_REUSEPORT); 'auto' = one per core with `redis` "
+        "configured, else 1 (workers share the fleet view and limits through Redis)",
+    )
     parser.add_argument("--log-level", default="INFO", help="log level (default INFO)")
     parser.add_argument("--log-format", choices=["json", "text"], default="json")
 
@@ -51,11 +59,17 @@ def build_config(args: argparse.Namespace) -> GlobalRouterConfig:
     return cfg
 
 
+def _workers(cfg: GlobalRouterConfig, args: argparse.Namespace) -> int:
+    if args.workers in (None, "auto") and cfg.redis is None:
+        return 1  # the fleet view and the limits are this process's own
+    return resolve_count(args.workers)
+
+
 async def _serve(cfg: GlobalRouterConfig, args: argparse.Namespace) -> int:
     from global_router.router import GlobalRouter
 
     try:
-        router = GlobalRouter(cfg, http_port=args.port, grpc_port=args.grpc_port)
+        router = GlobalRouter(cfg, http_port=args.port, grpc_port=args.grpc_port, workers=_workers(cfg, args))
     except ConfigError as exc:
         print(f"fleetgate global-router: {exc}", file=sys.stderr)
         return 2

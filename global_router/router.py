@@ -37,6 +37,7 @@ from global_router.readiness import Readiness
 from global_router.selection import ClusterSelector
 from global_router.stream_lease import RedisStreamLease
 from global_router.tenants import TenantDirectory
+from global_router.worker_process import RouterWorkers
 
 log = logging.getLogger("fleetgate.router")
 
@@ -67,8 +68,18 @@ class GlobalRouter:
         grpc_port: int | None = None,
         fleet: FleetView | None = None,
         capacity_server: bool = True,
+        workers: int = 1,
+        reuse_port: bool = False,
     ) -> None:
+        if workers > 1 and cfg.redis is None:
+            raise ConfigError(
+                f"--workers {workers}: worker processes share the fleet view and the rate limits "
+                "through Redis; configure `redis` or run one worker"
+            )
         self.cfg = cfg
+        self.workers = workers
+        self._reuse_port = reuse_port or workers > 1
+        self._worker_procs: RouterWorkers | None = None
         self._http_port_cfg = cfg.port if http_port is None else http_port
         self._grpc_port_cfg = cfg.capacity.port if grpc_port is None else grpc_port
         self.replica_id = uuid.uuid4().hex[:8]
@@ -169,12 +180,16 @@ class GlobalRouter:
                     self.fleet, self.selector, self.redis.ping if self.redis is not None else None
                 ),
             )
-            sock = listen_socket(self.cfg.host, self._http_port_cfg)
+            sock = listen_socket(self.cfg.host, self._http_port_cfg, reuse_port=self._reuse_port)
             config = server_config(build_app(services), self.cfg.server)
             self._server = EmbeddedServer(config)
             self.http_port = await self._server.start_on(sock)
             self._pin_own_addresses()
             log.info("global router listening on http://%s:%d", self.cfg.host, self.http_port)
+            if self.workers > 1:
+                self._worker_procs = RouterWorkers(self.cfg, self.workers, self.http_port)
+                self._worker_procs.start()
+                log.info("started %d router worker process(es) on the same port", self.workers - 1)
             if self.cfg.allow_anonymous:
                 log.warning("allowAnonymous is on: requests without an API key are served (trials only)")
             elif not self.cfg.tenants:
@@ -240,6 +255,9 @@ class GlobalRouter:
                 self.capacity.policy.add_own_address(u.hostname, u.port or 6379)
 
     async def stop(self) -> None:
+        if self._worker_procs is not None:
+            await self._worker_procs.stop()
+            self._worker_procs = None
         if self._server is not None:
             await self._server.stop(log)
             self._server = None

@@ -18,7 +18,6 @@ import contextlib
 import logging
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -31,30 +30,24 @@ from cluster_gateway.pool import EndpointPool
 from cluster_gateway.workers.replica import PoolReplica
 from common.asgi import listen_socket
 from common.config.gateway import GatewaySpec
+from common.worker_processes import WorkerProcesses
 
 log = logging.getLogger("fleetgate.gateway.workers")
 
 SYNC_TIMEOUT_S = 30.0
-RESTART_PAUSE_S = 1.0
 
 
-class WorkerSupervisor:
-    """Starts, restarts and stops the worker processes of one gateway."""
+class WorkerSupervisor(WorkerProcesses):
+    """The gateway's worker processes: each gets the spec (a private temp file) and the feed."""
 
     def __init__(self, spec: GatewaySpec, count: int, feed: str, port: int, extproc_port: int | None) -> None:
-        self.spec = spec
-        self.count = count
-        self.feed = feed
-        self.port = port
-        self.extproc_port = extproc_port
         self._dir = tempfile.TemporaryDirectory(prefix="fleetgate-workers-")
         self._spec_file = Path(self._dir.name) / "spec.json"
         self._spec_file.write_bytes(msgspec.json.encode(spec))
-        self._procs: dict[int, subprocess.Popen[bytes]] = {}
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
+        self.feed, self.port, self.extproc_port = feed, port, extproc_port
+        super().__init__("gateway", count, self._command)
 
-    def _spawn(self, worker: int) -> subprocess.Popen[bytes]:
+    def _command(self, worker: int) -> list[str]:
         cmd = [
             sys.executable,
             "-m",
@@ -72,41 +65,10 @@ class WorkerSupervisor:
         ]
         if self.extproc_port is not None:
             cmd += ["--extproc-port", str(self.extproc_port)]
-        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
-
-    def start(self) -> None:
-        for k in range(1, self.count):
-            self._procs[k] = self._spawn(k)
-        self._task = asyncio.create_task(self._watch(), name="gateway-workers")
-
-    async def _watch(self) -> None:
-        while not self._stopping:
-            await asyncio.sleep(RESTART_PAUSE_S)
-            for k, proc in list(self._procs.items()):
-                if proc.poll() is not None and not self._stopping:
-                    log.warning("gateway worker %d exited with %s; restarting it", k, proc.returncode)
-                    self._procs[k] = self._spawn(k)
-
-    @property
-    def pids(self) -> list[int]:
-        return [p.pid for p in self._procs.values()]
+        return cmd
 
     async def stop(self, grace_s: float = 8.0) -> None:
-        self._stopping = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        for proc in self._procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self._procs.values():
-            try:
-                await asyncio.to_thread(proc.wait, grace_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        self._procs.clear()
+        await super().stop(grace_s)
         self._dir.cleanup()
 
 

@@ -1,0 +1,91 @@
+"""Worker processes that share a server's listening ports, restarted when they die.
+
+Both tiers scale a data plane over every core the same way: the main process keeps the control
+plane once and starts N-1 workers that listen on the same ports through SO_REUSEPORT, so the
+kernel spreads connections over all of them. A worker that exits is restarted after a pause; on
+stop each gets SIGTERM (finish what it serves) and, after a grace period, SIGKILL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+from collections.abc import Callable
+
+log = logging.getLogger("fleetgate.workers")
+
+RESTART_PAUSE_S = 1.0
+
+
+def workers_arg(value: str) -> str:
+    """argparse type of `--workers`: a number of processes (1-256) or `auto`."""
+    if value != "auto" and not (value.isdigit() and 1 <= int(value) <= 256):
+        raise argparse.ArgumentTypeError(f"{value!r}: give a number of processes (1-256) or auto")
+    return value
+
+
+def resolve_count(requested: str | int | None, *, cores: int | None = None) -> int:
+    """`auto` (or None) is one worker per core; a number is taken as it is (at least 1)."""
+    if requested in (None, "auto"):
+        return max(1, cores if cores is not None else (os.cpu_count() or 1))
+    try:
+        count = int(requested)
+    except ValueError:
+        raise ValueError(f"--workers: {requested!r} is not a positive number or 'auto'") from None
+    if count < 1:
+        raise ValueError(f"--workers: {requested} is not a positive number or 'auto'")
+    return count
+
+
+class WorkerProcesses:
+    """Workers 1..count-1, each started from `command(k)`; worker 0 is the calling process."""
+
+    def __init__(self, what: str, count: int, command: Callable[[int], list[str]]) -> None:
+        self.what = what
+        self.count = count
+        self._command = command
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    def _spawn(self, k: int) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(self._command(k), stdin=subprocess.DEVNULL)
+
+    def start(self) -> None:
+        for k in range(1, self.count):
+            self._procs[k] = self._spawn(k)
+        self._task = asyncio.create_task(self._watch(), name=f"{self.what}-workers")
+
+    async def _watch(self) -> None:
+        while not self._stopping:
+            await asyncio.sleep(RESTART_PAUSE_S)
+            for k, proc in list(self._procs.items()):
+                if proc.poll() is not None and not self._stopping:
+                    log.warning("%s worker %d exited with %s; restarting it", self.what, k, proc.returncode)
+                    self._procs[k] = self._spawn(k)
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._procs.values()]
+
+    async def stop(self, grace_s: float = 8.0) -> None:
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for proc in self._procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self._procs.values():
+            try:
+                await asyncio.to_thread(proc.wait, grace_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._procs.clear()

@@ -198,6 +198,7 @@ def envoy(launch: Launcher, backend: str, concurrency: int) -> Front:
         "envoy-picker", _fleetgate("gateway", "--pods", backend, "--port", "0", "--extproc-port", "0")
     )
     picker = int(wait_log(gw, gw_log, _PICKER_PORT))
+    _wait_gateway(gw, gw_log)  # every worker serves ext_proc too before Envoy sends it traffic
     listen, admin = procs.free_port(), procs.free_port()
     cfg = launch.workdir / "envoy.json"
     cfg.write_text(json.dumps(envoy_bootstrap(listen_port=listen, extproc_port=picker, admin_port=admin)))

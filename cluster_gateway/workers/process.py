@@ -43,6 +43,11 @@ class WorkerSupervisor(WorkerProcesses):
     def __init__(self, spec: GatewaySpec, count: int, feed: str, port: int, extproc_port: int | None) -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="fleetgate-workers-")
         self._spec_file = Path(self._dir.name) / "spec.json"
+        if extproc_port is not None:  # the bound port: `--extproc-port 0` leaves 0 in the spec,
+            # which the spec's own validation refuses (a worker that cannot start, restarted forever)
+            spec = msgspec.structs.replace(
+                spec, ext_proc=msgspec.structs.replace(spec.ext_proc, port=extproc_port)
+            )
         self._spec_file.write_bytes(msgspec.json.encode(spec))
         self.feed, self.port, self.extproc_port = feed, port, extproc_port
         super().__init__("gateway", count, self._command)

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from modelsim.fleet import PodSpec, SimFleet
-from tests.procs import fleetgate
+from tests.procs import fleetgate, read_until
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
@@ -66,6 +66,24 @@ def test_two_workers_serve_one_port_and_stop_together(sim: SimFleet) -> None:
                 )
                 ok += r.status_code == 200
         assert ok == 20
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=30) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_workers_serve_ext_proc_on_a_port_the_kernel_picked(sim: SimFleet) -> None:
+    """`--extproc-port 0`: the workers get the bound port (a 0 in their spec failed validation, so
+    the worker crashed and was restarted every second while the gateway process served alone)."""
+    p = fleetgate(
+        "gateway", "--pods", ",".join(sim.urls), "--port", "0", "--extproc-port", "0", "--workers", "2"
+    )
+    try:
+        assert p.stderr is not None
+        _, lines = read_until(p.stderr, r"gateway worker 1 \(pid \d+\) serving on port", timeout_s=60)
+        assert not any("exited with" in line for line in lines), lines
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=30) == 0
     finally:

@@ -239,6 +239,16 @@ def _echo(body: pb.HttpBody) -> Iterator[pb.ProcessingResponse]:
     yield pb.ProcessingResponse(response_body=br)
 
 
+# gRPC core queues new RPCs until the Python server asks for them; past 1,000 queued it starts
+# refusing them at random (3,000: all), which Envoy reports as `ext_proc_error_gRPC_error_1
+# {CANCELLED}`. Each ext_proc stream is one HTTP request, so a burst of 2,000 new streams hit it.
+# The queue is bounded by Envoy's circuit breakers (`extProc.circuitBreakers`) instead.
+PENDING_LIMITS = (
+    ("grpc.server.max_pending_requests", 1_000_000),
+    ("grpc.server.max_pending_requests_hard_limit", 1_000_000),
+)
+
+
 class ExtProcServer:
     """A grpc.aio server hosting the picker and the standard gRPC health service."""
 
@@ -256,7 +266,9 @@ class ExtProcServer:
         self.port = 0
 
     async def start(self, host: str, port: int) -> int:
-        server = grpc.aio.server(options=[("grpc.so_reuseport", 1 if self.reuse_port else 0)])
+        server = grpc.aio.server(
+            options=[("grpc.so_reuseport", 1 if self.reuse_port else 0), *PENDING_LIMITS]
+        )
         pb_grpc.add_ExternalProcessorServicer_to_server(self.service, server)
         hs = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(hs, server)

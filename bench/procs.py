@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -22,6 +21,9 @@ from pathlib import Path
 from typing import IO, Any
 
 import httpx
+
+from fleetgate.redis_server import RedisServer as RedisServer  # re-exported: one launcher
+from fleetgate.redis_server import start_redis as start_redis
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -112,43 +114,3 @@ def wait_http(
                 return
         time.sleep(0.1)
     raise RuntimeError(f"{url} not ready after {timeout_s}s")
-
-
-class RedisServer:
-    """A redis-server process on loopback, persistence off (tests and the ratelimit bench)."""
-
-    def __init__(self, port: int, proc: subprocess.Popen[bytes]) -> None:
-        self.port = port
-        self.proc = proc
-        self.url = f"redis://127.0.0.1:{port}/0"
-
-    def stop(self) -> None:
-        stop(self.proc)
-
-
-def start_redis(data_dir: Path, port: int | None = None, timeout_s: float = 10.0) -> RedisServer:
-    """Start redis-server on loopback (on `port`, e.g. to restart one on the same address) and wait
-    until it accepts connections.
-
-    Raises FileNotFoundError when redis-server is not installed (callers skip), RuntimeError when it
-    exits or does not accept within `timeout_s`.
-    """
-    exe = shutil.which("redis-server")
-    if exe is None:
-        raise FileNotFoundError("redis-server not installed")
-    port = port or free_port()
-    argv = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-    proc = subprocess.Popen(
-        [*argv, "--dir", str(data_dir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return RedisServer(port, proc)
-        except OSError:
-            time.sleep(0.05)
-    stop(proc, signal.SIGKILL)
-    raise RuntimeError(
-        f"redis-server did not accept connections on port {port} (exit code {proc.returncode})"
-    )

@@ -36,6 +36,7 @@ from typing import Any
 import httpx
 
 from bench import procs, report
+from common.http import Receive, Scope, Send
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
@@ -357,11 +358,7 @@ async def frameworks(n: int) -> list[Row]:
 
     reply = json.dumps({"ok": True}).encode()
 
-    async def bare(
-        scope: dict[str, Any],
-        receive: Callable[[], Awaitable[dict[str, Any]]],
-        send: Callable[[dict[str, Any]], Awaitable[None]],
-    ) -> None:
+    async def bare(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
         more = True

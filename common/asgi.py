@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
+from collections.abc import Callable, Coroutine
 from contextlib import nullcontext
 from typing import Any
 
@@ -20,12 +20,10 @@ import uvicorn
 
 from common.config.server import HttpServer
 from common.errors import OpenAIError
+from common.http import Message, Receive, Scope, Send, send_error
 from common.http_server import ConnectionLimits, guarded_protocol
 
 log = logging.getLogger("fleetgate.http")
-
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
 
 
 class ClientGone(Exception):
@@ -79,7 +77,7 @@ def json_errors(app: Any) -> Any:
     returns without answering also gets the JSON 500.
     """
 
-    async def wrapped(scope: Message, receive: Receive, send: Any) -> None:
+    async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await app(scope, receive, send)
             return
@@ -112,18 +110,10 @@ class ResponseAborted(Exception):
     """Raised to uvicorn after a response started and then failed: it closes the connection."""
 
 
-async def _send_500(send: Any) -> None:
-    body = OpenAIError(
-        500, "Internal error; the request was not completed.", code="internal_error"
-    ).body_bytes()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 500,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        }
+async def _send_500(send: Send) -> None:
+    await send_error(
+        send, OpenAIError(500, "Internal error; the request was not completed.", code="internal_error")
     )
-    await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 class EmbeddedServer(uvicorn.Server):

@@ -25,13 +25,12 @@ import os
 import re
 import sys
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+from common.http import Message, Send
 
 REQUEST_ID_HEADER = "x-request-id"
 _RID = REQUEST_ID_HEADER.encode()
@@ -123,7 +122,7 @@ def with_request_id(send: Send, rid: str) -> Send:
     upstream's own, e.g. a pod's)."""
     value = rid.encode("latin-1")
 
-    async def stamped(msg: MutableMapping[str, Any]) -> None:
+    async def stamped(msg: Message) -> None:
         if msg["type"] == "http.response.start":
             hdrs = [h for h in msg.get("headers", ()) if h[0] != _RID]
             hdrs.append((_RID, value))

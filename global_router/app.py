@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from common.asgi import ClientGone, read_body, run_until_disconnect
 from common.config.router import GlobalRouterConfig
 from common.errors import OpenAIError, error_body, not_found_model
+from common.http import Receive, Scope, Send, send_error
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, parse_request
 from common.request_log import REQUEST_ID_HEADER, RequestRecord, request_id, with_request_id
 from common.telemetry import data_path_span, spans_exported
@@ -56,11 +57,6 @@ from global_router.tenants import TenantDirectory, check_admin
 log = logging.getLogger("fleetgate.router")
 tracer = trace.get_tracer("fleetgate.global_router")
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-
 
 @dataclass(slots=True)
 class RouterServices:
@@ -85,13 +81,6 @@ def _encode_headers(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
     return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
 
 
-async def _send_json(send: Send, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
-    hdrs = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    hdrs += _encode_headers(headers or {})
-    await send({"type": "http.response.start", "status": status, "headers": hdrs})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
-
-
 def openai_error_response(err: OpenAIError) -> Response[bytes]:
     return Response(err.body_bytes(), status_code=err.status, headers=err.headers, media_type=MediaType.JSON)
 
@@ -107,9 +96,7 @@ class CompletionHandler:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope.get("method") != "POST":
-            await _send_json(
-                send, 405, OpenAIError(405, f"Method {scope.get('method')} not allowed").body_bytes()
-            )
+            await send_error(send, OpenAIError(405, f"Method {scope.get('method')} not allowed"))
             return
         headers = decode_headers(scope["headers"])
         rid = request_id(headers.get(REQUEST_ID_HEADER))
@@ -177,7 +164,7 @@ class CompletionHandler:
         except OpenAIError as err:
             rec.status, rec.outcome = err.status, REJECTED
             s.metrics.requests.labels("-", traffic_class, REJECTED).inc()
-            await _send_json(send, err.status, err.body_bytes(), err.headers)
+            await send_error(send, err)
             return
         await self._forward_watching_disconnect(
             ranking.candidates, fwd, admission, traffic_class, receive, send, rec
@@ -202,7 +189,7 @@ class CompletionHandler:
             except OpenAIError as err:
                 state["outcome"] = FAILED
                 rec.status = err.status
-                await _send_json(send, err.status, err.body_bytes(), {**admission.headers, **err.headers})
+                await send_error(send, err, admission.headers)
                 return
             state["delivery"] = delivery
             state["cluster"] = delivery.cluster_id
@@ -212,22 +199,12 @@ class CompletionHandler:
             state["started"] = True
             if delivery.body is not None:
                 hdrs["content-length"] = str(len(delivery.body))
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": delivery.status,
-                        "headers": _encode_headers(hdrs),
-                    }
-                )
+            await send(
+                {"type": "http.response.start", "status": delivery.status, "headers": _encode_headers(hdrs)}
+            )
+            if delivery.body is not None:
                 await send({"type": "http.response.body", "body": delivery.body, "more_body": False})
             else:
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": delivery.status,
-                        "headers": _encode_headers(hdrs),
-                    }
-                )
                 chunks = s.forwarder.stream(delivery, fwd.prompt_tokens)
                 try:
                     async for chunk in chunks:
@@ -251,7 +228,7 @@ class CompletionHandler:
                 state["outcome"] = FAILED
                 if not state["started"]:
                     err = OpenAIError(500, "Internal error in the global router while forwarding.")
-                    await _send_json(send, 500, err.body_bytes(), admission.headers)
+                    await send_error(send, err, admission.headers)
         finally:
             delivery: Delivery | None = state["delivery"]
             used = 0

@@ -15,7 +15,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit
 
@@ -27,6 +26,7 @@ from prometheus_client import Counter as PromCounter
 from common.config.loader import ConfigError
 from common.config.router import CapacityServer as CapacityServerConfig
 from common.proto.fleetgate.v1 import capacity_pb2, capacity_pb2_grpc
+from common.tls import server_credentials
 from global_router.agent_auth import AgentAuthenticator, AuthError
 from global_router.fleet_view import ClusterState, state_from_report
 from global_router.report_policy import PolicyRefusal, ReportPolicy
@@ -92,17 +92,6 @@ def validate_report(report: capacity_pb2.CapacityReport) -> None:
                 raise ReportError(f"models[{i}].{name} must be a finite number >= 0")
         if m.saturated_pods > m.ready_pods:
             raise ReportError(f"models[{i}].saturated_pods exceeds ready_pods")
-
-
-def _read_pem(path: str, field: str, marker: bytes) -> bytes:
-    """A PEM file's bytes; gRPC's own error for a bad file is a bare 'failed to bind'."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"capacity.{field}: cannot read {path}: {exc.strerror}") from None
-    if b"-----BEGIN " not in data or marker not in data:
-        raise ConfigError(f"capacity.{field}: {path} is not a PEM file with a {marker.decode()}")
-    return data
 
 
 class _Servicer(capacity_pb2_grpc.CapacityServiceServicer):
@@ -277,14 +266,7 @@ class CapacityServer:
         address = f"{host}:{self.cfg.port}"
         creds: grpc.ServerCredentials | None = None
         if self.cfg.tls_cert_file is not None and self.cfg.tls_key_file is not None:
-            creds = grpc.ssl_server_credentials(
-                [
-                    (
-                        _read_pem(self.cfg.tls_key_file, "tlsKeyFile", b"PRIVATE KEY"),
-                        _read_pem(self.cfg.tls_cert_file, "tlsCertFile", b"CERTIFICATE"),
-                    )
-                ]
-            )
+            creds = server_credentials("capacity", self.cfg.tls_cert_file, self.cfg.tls_key_file)
         try:
             port = server.add_secure_port(address, creds) if creds else server.add_insecure_port(address)
         except RuntimeError as exc:  # grpc reports a port in use (or a key/cert mismatch) this way

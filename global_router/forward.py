@@ -20,6 +20,7 @@ from opentelemetry import trace
 
 from common.config.router import Failover
 from common.errors import OpenAIError, error_body
+from common.http import HOP_BY_HOP
 from common.telemetry import data_path_span
 from common.upstream import Response, UpstreamError, UpstreamPools
 from global_router.cluster_failure import counts_as_cluster_failure, retry_elsewhere
@@ -44,10 +45,7 @@ GATEWAY_REFUSED = msgspec.json.encode(
     )
 )
 _JSON_HEADERS = {"content-type": "application/json"}
-_HOP_BY_HOP = frozenset(
-    {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer"}
-    | {"transfer-encoding", "upgrade", "content-length", "server", "date"}
-)
+_HOP_BY_HOP = HOP_BY_HOP | {"content-length", "server", "date"}
 
 
 def downstream_headers(headers: Iterable[tuple[str, str]]) -> dict[str, str]:

@@ -12,30 +12,17 @@ from collections.abc import Iterable, Mapping
 from opentelemetry.propagate import inject
 
 from common.config.router import Tenant
+from common.http import FAIRNESS_HEADER, HOP_BY_HOP, INTERNAL_PREFIX, PROFILE_HEADER, SHEDDABLE_HEADER
 
 CLIENT_REGION_HEADER = "x-fleetgate-client-region"  # read by the router, never forwarded
-PROFILE_HEADER = "x-fleetgate-profile"
-SHEDDABLE_HEADER = "x-fleetgate-sheddable"
-FAIRNESS_HEADER = "x-gateway-inference-fairness-id"
 
-_DROP = frozenset(
-    {
-        "authorization",
-        "cookie",
-        "host",
-        "content-length",
-        "accept-encoding",  # the router reads usage from the body: ask for it uncompressed
-        "connection",
-        "keep-alive",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "expect",
-    }
-)
+_DROP = HOP_BY_HOP | {
+    "authorization",
+    "cookie",
+    "host",
+    "content-length",
+    "accept-encoding",  # the router reads usage from the body: ask for it uncompressed
+}
 
 
 def decode_headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
@@ -48,7 +35,7 @@ def decode_headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
 
 
 def is_internal(name: str) -> bool:
-    return name.startswith("x-fleetgate-") or name.startswith("x-gateway-")
+    return name.startswith(INTERNAL_PREFIX) or name.startswith("x-gateway-")
 
 
 def upstream_headers(client: Mapping[str, str], tenant: Tenant, profile: str) -> dict[str, str]:

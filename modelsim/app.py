@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from common.errors import OpenAIError, bad_request, rate_limited
+from common.http import Message, Receive, Scope, Send, send_body, send_error, send_json
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, ParsedRequest, parse_request
 from modelsim.faults import FaultError
 from modelsim.request import SimRequest
@@ -22,32 +23,10 @@ from modelsim.request import SimRequest
 if TYPE_CHECKING:
     from modelsim.pod import SimPod
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-
 MAX_BODY_BYTES = 64 * 1024 * 1024
-_JSON = [(b"content-type", b"application/json")]
 _SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 _PROM = [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")]
 _encode = msgspec.json.Encoder().encode
-
-
-async def _send_body(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
-    headers = [*headers, (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def send_json(send: Send, status: int, obj: Any, extra: dict[str, str] | None = None) -> None:
-    headers = list(_JSON)
-    for k, v in (extra or {}).items():
-        headers.append((k.encode(), v.encode()))
-    await _send_body(send, status, _encode(obj), headers)
-
-
-async def send_error(send: Send, err: OpenAIError) -> None:
-    await send_json(send, err.status, err.body(), err.headers)
 
 
 async def read_body(receive: Receive) -> bytes:
@@ -113,10 +92,10 @@ class SimApp:
 
     # -- health, models, metrics --------------------------------------------------------------
     async def health(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await _send_body(send, 200, b"", [])
+        await send_body(send, 200, b"")
 
     async def version(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send_json(send, 200, {"version": "0.10.0+fleetgate.sim"})
+        await send_json(send, 200, _encode({"version": "0.10.0+fleetgate.sim"}))
 
     async def models(self, scope: Scope, receive: Receive, send: Send) -> None:
         eng = self.pod.engine
@@ -144,7 +123,7 @@ class SimApp:
                     "permission": [],
                 }
             )
-        await send_json(send, 200, {"object": "list", "data": data})
+        await send_json(send, 200, _encode({"object": "list", "data": data}))
 
     async def metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
         faults = self.pod.faults
@@ -154,7 +133,7 @@ class SimApp:
             body = faults.frozen_metrics
         else:
             body = self.pod.exporter.render()
-        await _send_body(send, 200, body.encode(), _PROM)
+        await send_body(send, 200, body.encode(), _PROM)
 
     # -- LoRA management ----------------------------------------------------------------------
     async def load_lora(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -170,7 +149,7 @@ class SimApp:
         if name in eng.lora.known or name == eng.model:
             raise bad_request(f"The lora adapter '{name}' has already been loaded.", param="lora_name")
         eng.lora.add(name, path)
-        await _send_body(
+        await send_body(
             send,
             200,
             f"Success: LoRA adapter '{name}' added successfully.".encode(),
@@ -188,7 +167,7 @@ class SimApp:
                 404, f"The lora adapter '{name}' cannot be found.", param="lora_name", code="lora_not_found"
             )
         eng.lora.remove(name)
-        await _send_body(
+        await send_body(
             send,
             200,
             f"Success: LoRA adapter '{name}' removed successfully.".encode(),
@@ -198,7 +177,7 @@ class SimApp:
     async def reset_prefix_cache(self, scope: Scope, receive: Receive, send: Send) -> None:
         """vLLM's POST /reset_prefix_cache: drop every cached block no request holds."""
         self.pod.engine.kv.reset_prefix_cache()
-        await _send_body(send, 200, b"", [])
+        await send_body(send, 200, b"")
 
     # -- admin ----------------------------------------------------------------------------------
     async def admin_faults(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -209,14 +188,14 @@ class SimApp:
         except FaultError as exc:
             raise bad_request(str(exc), param=str(exc).split(":", 1)[0]) from None
         if values["mode"] == "crash":
-            await send_json(send, 200, values)  # answer first, then stop listening
+            await send_json(send, 200, _encode(values))  # answer first, then stop listening
             asyncio.get_running_loop().call_soon(self.pod.apply_fault, values)
             return
         self.pod.apply_fault(values)
-        await send_json(send, 200, self.pod.faults.describe())
+        await send_json(send, 200, _encode(self.pod.faults.describe()))
 
     async def admin_state(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send_json(send, 200, self.pod.state())
+        await send_json(send, 200, _encode(self.pod.state()))
 
     # -- inference ------------------------------------------------------------------------------
     async def completions(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -251,7 +230,7 @@ class SimApp:
                 await req.wait_finished()
                 if req.finish_reason == "abort":
                     raise OpenAIError(503, "Request aborted: the engine stopped", code="engine_stopped")
-                await send_json(send, 200, self._full_body(parsed, req, chat))
+                await send_json(send, 200, _encode(self._full_body(parsed, req, chat)))
         finally:
             watcher.cancel()
 
@@ -349,7 +328,7 @@ class SimApp:
         await send({"type": "http.response.body", "body": tail, "more_body": False})
 
 
-def _on_disconnect(task: asyncio.Future[dict[str, Any]], engine: Any, req: SimRequest) -> None:
+def _on_disconnect(task: asyncio.Future[Message], engine: Any, req: SimRequest) -> None:
     if task.cancelled() or task.exception() is not None:
         return
     if task.result().get("type") == "http.disconnect" and not req.finished:

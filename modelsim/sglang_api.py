@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from modelsim.app import Receive, Scope, Send, _send_body, send_json
+import msgspec
+
+from common.http import Receive, Scope, Send, send_body, send_json
 
 if TYPE_CHECKING:
     from modelsim.app import Handler, SimApp
@@ -94,15 +96,15 @@ def load(app: SimApp) -> list[dict[str, int]]:
 
 
 async def get_model_info(app: SimApp, scope: Scope, receive: Receive, send: Send) -> None:
-    await send_json(send, 200, model_info(app))
+    await send_json(send, 200, msgspec.json.encode(model_info(app)))
 
 
 async def get_server_info(app: SimApp, scope: Scope, receive: Receive, send: Send) -> None:
-    await send_json(send, 200, server_info(app))
+    await send_json(send, 200, msgspec.json.encode(server_info(app)))
 
 
 async def get_load(app: SimApp, scope: Scope, receive: Receive, send: Send) -> None:
-    await send_json(send, 200, load(app))
+    await send_json(send, 200, msgspec.json.encode(load(app)))
 
 
 async def health_generate(app: SimApp, scope: Scope, receive: Receive, send: Send) -> None:
@@ -110,7 +112,7 @@ async def health_generate(app: SimApp, scope: Scope, receive: Receive, send: Sen
     req = app.pod.engine.submit("health check", 1, None)
     await req.wait_finished()
     status = 200 if req.finish_reason != "abort" else 503
-    await _send_body(send, status, b"", [])
+    await send_body(send, status, b"")
 
 
 async def flush_cache(app: SimApp, scope: Scope, receive: Receive, send: Send) -> None:
@@ -121,11 +123,11 @@ async def flush_cache(app: SimApp, scope: Scope, receive: Receive, send: Send) -
             "Cache flush failed. There are running or waiting requests; "
             "the operation is performed only when the server is idle."
         )
-        await _send_body(send, 400, body.encode(), _TEXT)
+        await send_body(send, 400, body.encode(), _TEXT)
         return
     eng.kv.reset_prefix_cache()
     body = "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n"
-    await _send_body(send, 200, body.encode(), _TEXT)
+    await send_body(send, 200, body.encode(), _TEXT)
 
 
 SGLANG_ROUTES: dict[str, tuple[str, Handler]] = {

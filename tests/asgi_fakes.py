@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from common.http import Receive
 
 
-async def read_request_body(receive: Callable[[], Awaitable[MutableMapping[str, Any]]]) -> bytes:
+async def read_request_body(receive: Receive) -> bytes:
     """The whole request body, uncapped: a fake records what it was sent, it does not guard itself."""
     body = b""
     while True:

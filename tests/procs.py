@@ -12,8 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +19,9 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from fleetgate.redis_server import RedisServer as RedisServer  # re-exported: one launcher
+from fleetgate.redis_server import start_redis as start_redis
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,48 +87,3 @@ def refusing_port() -> Iterator[int]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         yield int(s.getsockname()[1])
-
-
-class RedisServer:
-    """A redis-server process on loopback, persistence off."""
-
-    def __init__(self, port: int, proc: subprocess.Popen[bytes]) -> None:
-        self.port = port
-        self.proc = proc
-        self.url = f"redis://127.0.0.1:{port}/0"
-
-    def stop(self) -> None:
-        stop(self.proc)
-
-
-def start_redis(data_dir: Path, port: int | None = None, timeout_s: float = 10.0) -> RedisServer:
-    """Start redis-server on loopback (on `port`, e.g. to restart one on the same address) and wait
-    until it accepts connections. Without `port`, a collision on the port it picked is retried.
-
-    Raises FileNotFoundError when redis-server is not installed (callers skip), RuntimeError when it
-    exits or does not accept within `timeout_s`.
-    """
-    exe = shutil.which("redis-server")
-    if exe is None:
-        raise FileNotFoundError("redis-server not installed")
-    for attempt in range(3):
-        chosen = port or free_port()
-        argv = [exe, "--port", str(chosen), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-        proc = subprocess.Popen(
-            [*argv, "--dir", str(data_dir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                with socket.create_connection(("127.0.0.1", chosen), timeout=0.2):
-                    return RedisServer(chosen, proc)
-            except OSError:
-                time.sleep(0.05)
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        if port is not None or attempt == 2:
-            break
-    raise RuntimeError(
-        f"redis-server did not accept connections on port {chosen} (exit code {proc.returncode})"
-    )

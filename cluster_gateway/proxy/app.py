@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
-from typing import Any
 
 import msgspec
 from opentelemetry import context as otel_context
@@ -28,19 +26,13 @@ from cluster_gateway.request_path.readiness import readiness
 from common.asgi import ClientGone, ResponseAborted, read_body, run_until_disconnect
 from common.config.gateway import GatewayAuth, Proxy
 from common.errors import OpenAIError
+from common.http import ASGIApp, Message, Receive, Scope, Send, send_body, send_error, send_json
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, ParsedRequest, parse_request
 from common.request_log import REQUEST_ID_HEADER, RequestRecord, request_id, with_request_id
 from common.telemetry import extract_context
 
 log = logging.getLogger("fleetgate.gateway.proxy")
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-_JSON = [(b"content-type", b"application/json")]
 _RID = REQUEST_ID_HEADER.encode()
 
 
@@ -56,19 +48,6 @@ class _RequestState:
     profile: str = "-"
     counted: bool = False  # the forwarder took over outcome accounting
     done: bool = False  # the last response byte was handed to the server
-
-
-async def send_json(send: Send, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
-    hdrs = list(_JSON)
-    for k, v in (headers or {}).items():
-        hdrs.append((k.encode("latin-1"), v.encode("latin-1")))
-    hdrs.append((b"content-length", str(len(body)).encode()))
-    await send({"type": "http.response.start", "status": status, "headers": hdrs})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
-
-
-async def send_error(send: Send, err: OpenAIError) -> None:
-    await send_json(send, err.status, err.body_bytes(), err.headers)
 
 
 class ProxyApp:
@@ -95,7 +74,7 @@ class ProxyApp:
         self.max_body = cfg.max_body_bytes
         self.max_depth = cfg.max_json_depth
         self.access_log = access_log
-        self.routes: dict[tuple[str, str], Handler] = {
+        self.routes: dict[tuple[str, str], ASGIApp] = {
             ("POST", COMPLETIONS_PATH): self._completion,
             ("POST", CHAT_PATH): self._completion,
             ("GET", "/v1/models"): self._models,
@@ -232,11 +211,4 @@ class ProxyApp:
 
     async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
         body, ctype = self.metrics.render()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", ctype.encode()), (b"content-length", str(len(body)).encode())],
-            }
-        )
-        await send({"type": "http.response.body", "body": body, "more_body": False})
+        await send_body(send, 200, body, [(b"content-type", ctype.encode())])

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from cluster_gateway.observability import CANCELLED, FAILED, OK, UPSTREAM_ERROR, GatewayMetrics, tracer
@@ -28,14 +27,13 @@ from cluster_gateway.request_path.headers import downstream_response_headers
 from cluster_gateway.request_path.outliers import OutlierDetector
 from common.config.gateway import Proxy
 from common.errors import OpenAIError
+from common.http import Send
 from common.request_log import RequestRecord
 from common.retry_budget import RetryBudget
 from common.telemetry import data_path_span, inject_traceparent
 from common.upstream import ConnectFailed, PoolTimeout, Response, UpstreamError, UpstreamPools
 
 log = logging.getLogger("fleetgate.gateway.proxy")
-
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 _ERROR_BODY_LIMIT = 64 * 1024
 _JSON_TYPES = (b"application/json", b"application/problem+json")

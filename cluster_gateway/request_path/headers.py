@@ -1,31 +1,19 @@
 """Which headers cross the gateway, in each direction.
 
 A client must never steer routing: the Envoy destination header and every `x-fleetgate-*` header
-except the two documented request hints are dropped before scheduling and before forwarding.
+except the two documented request hints (`common.http.ROUTING_HINT_HEADERS`, what Tier 2 sets) are
+dropped before scheduling and before forwarding.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from common.http import HOP_BY_HOP, INTERNAL_PREFIX, ROUTING_HINT_HEADERS
+
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
 POD_HEADER = "x-fleetgate-pod"
-ALLOWED_FLEETGATE_REQUEST_HEADERS = frozenset({"x-fleetgate-profile", "x-fleetgate-sheddable"})
 
-# RFC 9110 §7.6.1 connection-specific headers, plus ones the HTTP client/server set themselves.
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
 _REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", DESTINATION_HEADER}
 _RESPONSE_DROP = HOP_BY_HOP | {"server", "date"}
 
@@ -34,7 +22,7 @@ def is_internal(name: str) -> bool:
     """True for headers only Fleetgate itself may set (lower-case name)."""
     if name == DESTINATION_HEADER:
         return True
-    return name.startswith("x-fleetgate-") and name not in ALLOWED_FLEETGATE_REQUEST_HEADERS
+    return name.startswith(INTERNAL_PREFIX) and name not in ROUTING_HINT_HEADERS
 
 
 def client_headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
@@ -64,7 +52,7 @@ def downstream_response_headers(
     out = [
         (k, v)
         for k, v in headers
-        if (n := k.decode("latin-1").lower()) not in _RESPONSE_DROP and not n.startswith("x-fleetgate-")
+        if (n := k.decode("latin-1").lower()) not in _RESPONSE_DROP and not n.startswith(INTERNAL_PREFIX)
     ]
     if pod_name is not None:
         out.append((POD_HEADER.encode(), pod_name.encode()))

@@ -14,17 +14,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 from cluster_gateway.pool import ModelCatalog, PodState
 from cluster_gateway.scheduling.adapter_memory import AdapterEvidence
 from cluster_gateway.scheduling.prefix_index import block_hashes
+from common.http import OBJECTIVE_HEADER, PROFILE_HEADER, SHEDDABLE_HEADER
 from common.openai_request import ParsedRequest
+from common.request_log import REQUEST_ID_HEADER
 from common.tokens import count_tokens
 
 if TYPE_CHECKING:
     from cluster_gateway.scheduling.plugin import Filtered
     from cluster_gateway.scheduling.profiles import ProfileSpec
 
-PROFILE_HEADER = "x-fleetgate-profile"
-OBJECTIVE_HEADER = "x-gateway-inference-objective"
-SHEDDABLE_HEADER = "x-fleetgate-sheddable"
-REQUEST_ID_HEADER = "x-request-id"
 _TRUE = frozenset({"true", "1", "yes", "on"})
 
 

@@ -1,7 +1,8 @@
 -- Atomic admission for one tenant: requests/min and tokens/min (GCRA) and concurrency (leases).
 -- Nothing is committed unless every limit admits the request, so a refusal costs the tenant nothing.
--- It first settles what this replica owes the tenant from earlier requests (as settle.lua does), so
--- a busy tenant's reconciliation rides on its next admission: one round trip per request.
+-- It first settles what this replica owes the tenant from earlier requests (settle_steps.lua, as
+-- settle.lua does), so a busy tenant's reconciliation rides on its next admission: one round trip
+-- per request.
 -- KEYS: 1 request TAT, 2 token TAT, 3 concurrency lease zset
 -- ARGV: 1 rpm limit, 2 tpm limit, 3 concurrency limit (0 = unlimited each), 4 tokens to reserve,
 --       5 lease id, 6 lease ttl ms, 7 period ms,
@@ -14,26 +15,9 @@ local period = tonumber(ARGV[7])
 local rpm, tpm, conc = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local cost = tonumber(ARGV[4])
 
-local function shift(key, limit, delta)
-  if limit <= 0 or delta == 0 then return end
-  local iv = period / limit
-  local tat = tonumber(redis.call('GET', key) or '0')
-  local new_tat = nil
-  if delta > 0 then
-    new_tat = math.max(tat, now) + delta * iv
-  elseif tat > now then
-    new_tat = math.max(now, tat + delta * iv)
-  end
-  if new_tat ~= nil then
-    redis.call('SET', key, string.format('%.3f', new_tat), 'PX', math.ceil(new_tat - now) + 1000)
-  end
-end
+--#include settle_steps
 
-shift(KEYS[1], rpm, tonumber(ARGV[8] or '0'))
-shift(KEYS[2], tpm, tonumber(ARGV[9] or '0'))
-for i = 10, #ARGV do
-  redis.call('ZREM', KEYS[3], ARGV[i])
-end
+settle(rpm, tpm, tonumber(ARGV[8] or '0'), tonumber(ARGV[9] or '0'), 10)
 
 -- one GCRA limit: {ok, tat before, tat after, retry ms (-1 never)}
 local function gcra(key, limit, units)

@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from common.asgi import Message, run_until_disconnect
+from common.asgi import run_until_disconnect
+from common.http import Message
 
 
 class Client:

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Awaitable, Callable, MutableMapping
 from contextlib import nullcontext
 from typing import Any
 
 import msgspec
 import uvicorn
 
+from common.http import Receive, Scope, Send
 from tests.asgi_fakes import read_request_body
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
 class _Server(uvicorn.Server):

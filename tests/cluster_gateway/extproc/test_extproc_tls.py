@@ -3,8 +3,6 @@ pick over a real grpc.aio server on loopback, a plaintext client does not, bad f
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import grpc
@@ -21,22 +19,6 @@ from .conftest import add_pod, start_picker
 from .test_picker_protocol import DEST, body_msgs, chat_body, headers_msg
 
 
-@pytest.fixture
-def cert(tmp_path: Path) -> tuple[str, str]:
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("openssl not installed")
-    key, crt = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(
-        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(crt)],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )  # fmt: skip
-    return str(crt), str(key)
-
-
 def _pem(path: str) -> bytes:
     return Path(path).read_bytes()
 
@@ -45,8 +27,8 @@ def test_no_tls_fields_means_plaintext() -> None:
     assert server_credentials(ExtProc(enabled=True)) is None
 
 
-def test_bad_tls_settings_name_the_field(cert: tuple[str, str], tmp_path: Path) -> None:
-    crt, key = cert
+def test_bad_tls_settings_name_the_field(tls_cert: tuple[str, str], tmp_path: Path) -> None:
+    crt, key = tls_cert
     with pytest.raises(ConfigError, match="set together"):
         server_credentials(ExtProc(tls_cert_file=crt))
     with pytest.raises(ConfigError, match=r"extProc\.tlsKeyFile: cannot read"):
@@ -55,8 +37,8 @@ def test_bad_tls_settings_name_the_field(cert: tuple[str, str], tmp_path: Path) 
         server_credentials(ExtProc(tls_cert_file=key, tls_key_file=key))
 
 
-async def test_a_tls_client_gets_a_pick_and_a_plaintext_client_does_not(cert: tuple[str, str]) -> None:
-    crt, key = cert
+async def test_a_tls_client_gets_a_pick_and_a_plaintext_client_does_not(tls_cert: tuple[str, str]) -> None:
+    crt, key = tls_cert
     pool = EndpointPool()
     add_pod(pool, "idle", 9002)
     creds = server_credentials(ExtProc(enabled=True, tls_cert_file=crt, tls_key_file=key))

@@ -13,18 +13,13 @@ import contextlib
 import json
 import time
 import urllib.parse
-from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
 
+from common.http import Receive, Scope, Send, send_json
 from tests.asgi_fakes import read_request_body
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 PODS = "v1/pods"
 _DROP_CLEAN = object()
@@ -325,18 +320,7 @@ class FakeApiServer:
         return None
 
     async def _json(self, send: Send, code: int, payload: Any) -> None:
-        data = json.dumps(payload).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": code,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(data)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": data})
+        await send_json(send, code, json.dumps(payload).encode())
 
     async def _list(self, send: Send, collection: str, namespace: str, query: dict[str, str]) -> None:
         token = query.get("continue")

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -16,6 +15,7 @@ import uvicorn
 from cluster_gateway.gateway import ClusterGateway
 from common.config.gateway import GatewaySpec
 from common.config.loader import load_config_data
+from common.http import Receive, Scope, Send
 from common.telemetry import setup_tracing, spans_exported
 from tests.asgi_fakes import read_request_body
 
@@ -31,12 +31,7 @@ class CapturingPod:
     def __init__(self) -> None:
         self.requests: list[tuple[str, dict[str, str], bytes]] = []
 
-    async def __call__(
-        self,
-        scope: dict[str, Any],
-        receive: Callable[[], Awaitable[dict[str, Any]]],
-        send: Callable[[dict[str, Any]], Awaitable[None]],
-    ) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
         body = await read_request_body(receive)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,32 +16,16 @@ from tests.eventually import eventually
 from tests.global_router.capacity.helpers import running_agent, running_server, sample_pool, server_config
 
 
-@pytest.fixture
-def cert(tmp_path: Path) -> tuple[str, str]:
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("openssl not installed")
-    key, crt = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(
-        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(crt)],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )  # fmt: skip
-    return str(crt), str(key)
-
-
-async def test_agent_reports_over_tls_verified_with_the_ca_file(cert: tuple[str, str]) -> None:
-    crt, key = cert
+async def test_agent_reports_over_tls_verified_with_the_ca_file(tls_cert: tuple[str, str]) -> None:
+    crt, key = tls_cert
     async with running_server(tls_cert_file=crt, tls_key_file=key) as (server, port, fleet):
         assert server.tls
         async with running_agent(port, sample_pool(), tls_ca_file=crt) as agent:
             await eventually(lambda: agent.connected and fleet.get("c-a") is not None, what="report over TLS")
 
 
-async def test_plaintext_agent_cannot_talk_to_a_tls_router(cert: tuple[str, str]) -> None:
-    crt, key = cert
+async def test_plaintext_agent_cannot_talk_to_a_tls_router(tls_cert: tuple[str, str]) -> None:
+    crt, key = tls_cert
     async with (
         running_server(tls_cert_file=crt, tls_key_file=key) as (_, port, fleet),
         running_agent(port, sample_pool()) as agent,

@@ -87,6 +87,12 @@ class WorkerSupervisor:
                     log.warning("gateway worker %d exited with %s; restarting it", k, proc.returncode)
                     self._procs[k] = self._spawn(k)
 
+    def begin_drain(self) -> None:
+        """Every worker's `/ready` answers 503 from now on; they serve on until `stop()` (SIGUSR1)."""
+        for proc in self._procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGUSR1)
+
     @property
     def pids(self) -> list[int]:
         return [p.pid for p in self._procs.values()]
@@ -121,6 +127,7 @@ async def _serve(spec: GatewaySpec, args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, plane.begin_drain)  # the gateway process drains
     synced = asyncio.create_task(replica.synced.wait())
     await asyncio.wait({feed, synced}, timeout=SYNC_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
     if not replica.synced.is_set():
@@ -142,7 +149,8 @@ async def _serve(spec: GatewaySpec, args: argparse.Namespace) -> int:
     stopped = asyncio.create_task(stop.wait())
     await asyncio.wait({feed, stopped}, return_when=asyncio.FIRST_COMPLETED)
     rechecker.cancel()
-    await plane.stop()
+    plane.begin_drain()  # the gateway process gave notice already: stop accepting, finish in flight
+    await plane.stop(drain=True)
     feed.cancel()
     with contextlib.suppress(BaseException):
         await feed

@@ -14,8 +14,8 @@ import time
 import pytest
 
 from fleetgate.netbed.bed import MODEL, Testbed
-from tests.multicluster.load import Request, failures, run_load, wait_for
-from tests.multicluster.topologies import TWO_REGIONS
+from fleetgate.netbed.load import Request, failures, run_load, wait_for
+from fleetgate.netbed.scenarios import TWO_REGIONS
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(180), pytest.mark.topology(TWO_REGIONS)]
 

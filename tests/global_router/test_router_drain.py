@@ -14,7 +14,7 @@ from tests.global_router.router_harness import harness, router_config
 
 pytestmark = pytest.mark.timeout(60)
 
-NOTICE_S = 0.5
+NOTICE_S = 2.0
 STREAM = {
     "model": "meta-llama/Llama-3.1-8B-Instruct",
     "messages": [{"role": "user", "content": "a long one"}],
@@ -37,7 +37,7 @@ async def _probe(url: str) -> int | None:
 async def test_drain_leaves_rotation_then_stops_accepting_and_the_stream_in_flight_finishes() -> None:
     cfg = router_config(server={"drainNoticeS": NOTICE_S, "drainTimeoutS": 20})
     async with harness(["a"], cfg) as h:
-        h.gateways["a"].chunks = 300  # 10 ms apart: a stream of ~3 s, longer than the notice
+        h.gateways["a"].chunks = 600  # 10 ms apart: a stream of ~6 s, longer than the notice
         await h.publish("a")
         url = h.router.url
         assert await _probe(url) == 200
@@ -57,5 +57,5 @@ async def test_drain_leaves_rotation_then_stops_accepting_and_the_stream_in_flig
             assert not drain.done(), "the drain ended before the stream in flight did"
             rest = [line async for line in lines if line]
         assert rest[-1] == "data: [DONE]" and not any('"error"' in line for line in rest), rest[-3:]
-        assert sum(line.startswith("data: {") for line in [first, *rest]) == 300
+        assert sum(line.startswith("data: {") for line in [first, *rest]) == 600
         await asyncio.wait_for(drain, 20)

@@ -113,7 +113,8 @@ async def _serve(spec: GatewaySpec, args: argparse.Namespace) -> int:
         return 1
     try:
         await stop.wait()
-        log.info("shutting down")
+        log.info("draining: leaving rotation, then finishing the requests in flight")
+        await gateway.drain()
     finally:
         await gateway.stop()
     return 0

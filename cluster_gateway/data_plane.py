@@ -59,6 +59,8 @@ class DataPlane:
         self.auth = build_authenticator(spec.auth)
         self._server: EmbeddedServer | None = None
         self._extproc: ExtProcServer | None = None
+        self._app: ProxyApp | None = None
+        self.draining = False
 
     async def start(
         self, sock: socket.socket, extproc_port: int | None, *, reuse_port: bool = False
@@ -74,6 +76,8 @@ class DataPlane:
             access_log=self.spec.access_log,
             auth=self.auth,
         )
+        app.draining = self.draining
+        self._app = app
         self._server = EmbeddedServer(server_config(app, self.spec.server))
         http_port = await self._server.start_on(sock)
         grpc_port = 0
@@ -95,11 +99,19 @@ class DataPlane:
             grpc_port = await self._extproc.start(self.spec.host, extproc_port)
         return http_port, grpc_port
 
-    async def stop(self) -> None:
+    def begin_drain(self) -> None:
+        """Leave rotation and keep serving: `/ready` answers 503 from now on (docs/drain.md)."""
+        self.draining = True
+        if self._app is not None:
+            self._app.draining = True
+
+    async def stop(self, *, drain: bool = False) -> None:
+        """Stop serving; `drain`: requests in flight get `server.drainTimeoutS` to finish (else 5 s)."""
+        grace = self.spec.server.drain_timeout_s if drain else None
         if self._extproc is not None:
-            await self._extproc.stop()
+            await (self._extproc.stop() if grace is None else self._extproc.stop(float(grace)))
             self._extproc = None
         if self._server is not None:
-            await self._server.stop(log)
+            await self._server.stop(log, grace)
             self._server = None
         self.forwarder.close()

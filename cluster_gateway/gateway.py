@@ -176,13 +176,37 @@ class ClusterGateway:
                 log.exception("background component %s failed; restarting in 1 s", name)
                 await asyncio.sleep(1.0)
 
-    async def stop(self) -> None:
+    async def drain(self) -> None:
+        """What SIGTERM does (docs/drain.md): leave rotation while still serving — `/ready` 503, the
+        agent's reports say draining — for `server.drainNoticeS` and until the router acknowledged
+        that (bounded by `drainTimeoutS`), then stop accepting and let requests in flight finish."""
+        srv = self.spec.server
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        self.data.begin_drain()
         if self.supervisor is not None:
-            await self.supervisor.stop()
+            self.supervisor.begin_drain()
+        if self.agent is not None:
+            self.agent.draining = True
+        while loop.time() < began + max(srv.drain_notice_s, srv.drain_timeout_s):
+            agent = self.agent
+            told = agent is None or not agent.connected or agent.drain_acknowledged
+            if told and loop.time() >= began + srv.drain_notice_s:
+                break
+            await asyncio.sleep(0.02)
+        await self.stop(drain=True)
+
+    async def stop(self, *, drain: bool = False) -> None:
+        """Stop everything; `drain`: requests in flight get `server.drainTimeoutS` (else 5 s)."""
+        stops = []
+        if self.supervisor is not None:  # workers and this process stop serving together
+            grace = self.spec.server.drain_timeout_s + 5.0 if drain else 8.0
+            stops.append(self.supervisor.stop(grace_s=grace))
             self.supervisor = None
         if self._serving:
             self._serving = False
-            await self.data.stop()
+            stops.append(self.data.stop(drain=drain))
+        await asyncio.gather(*stops)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -60,7 +60,7 @@ def server_config(app: Any, cfg: HttpServer, *, log_level: str = "warning") -> u
         lifespan="off",
         log_level=log_level,
         access_log=False,
-        timeout_graceful_shutdown=5,
+        timeout_graceful_shutdown=5,  # a plain stop; a drain (SIGTERM) gives `server.drainTimeoutS`
         proxy_headers=False,  # neither tier reads the client address; it cost ~10% per request
         # Longer than common load-balancer idle timeouts (60 s), so an LB never reuses a
         # connection this server is just closing (the classic keep-alive race → 502s).
@@ -136,9 +136,13 @@ class EmbeddedServer(uvicorn.Server):
             await asyncio.sleep(0.005)
         return int(sock.getsockname()[1])
 
-    async def stop(self, log: logging.Logger) -> None:
+    async def stop(self, log: logging.Logger, grace_s: int | None = None) -> None:
+        """Stop accepting, close idle connections, let requests in flight finish for `grace_s`
+        (default: the config's `timeout_graceful_shutdown`), cancel what is left."""
         if self._task is None:
             return
+        if grace_s is not None:
+            self.config.timeout_graceful_shutdown = grace_s
         self.should_exit = True
         try:
             await self._task

@@ -69,6 +69,13 @@ class WorkerProcesses:
                     log.warning("%s worker %d exited with %s; restarting it", self.what, k, proc.returncode)
                     self._procs[k] = self._spawn(k)
 
+    def begin_drain(self) -> None:
+        """Tell every worker the server is draining (SIGUSR1): its `/ready` answers 503 from now
+        on while it keeps serving until `stop()` (docs/drain.md)."""
+        for proc in self._procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGUSR1)
+
     @property
     def pids(self) -> list[int]:
         return [p.pid for p in self._procs.values()]

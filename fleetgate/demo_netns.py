@@ -25,9 +25,9 @@ import httpx
 from common.wanrelay import Link
 from fleetgate.netbed import netns
 from fleetgate.netbed.bed import MODEL, ClusterPlan, Testbed, Topology
+from fleetgate.netbed.scenarios import REGION_MS  # the regions the scenarios and kind use
 
 PREFERRED_PORT = 8000
-REGION_MS = {"us-east": 20.0, "eu-west": 60.0, "ap-south": 150.0}
 
 
 def topology(time_scale: float) -> Topology:

@@ -349,6 +349,8 @@ def build_app(s: RouterServices) -> Litestar:
             code="router_not_ready",
             headers={"retry-after": "1"},
         )
+        if detail.get("draining"):
+            err = OpenAIError(503, "Draining: this replica is shutting down.", code="router_draining")
         return openai_error_response(err)
 
     @get("/metrics", sync_to_thread=False)

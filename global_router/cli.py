@@ -87,7 +87,8 @@ async def _serve(cfg: GlobalRouterConfig, args: argparse.Namespace) -> int:
         return 1
     try:
         await stop.wait()
-        log.info("shutting down")
+        log.info("draining: leaving rotation, then finishing the requests in flight")
+        await router.drain()
     finally:
         await router.stop()
     return 0

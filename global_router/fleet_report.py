@@ -37,7 +37,7 @@ def fleet_report(
                 "seq": c.seq,
                 "age_s": round(age, 3),
                 "fresh": age <= stale_after_s,
-                "stale": age > stale_after_s,  # still routed (behind fresh ones) until forgetAfterS
+                "stale": age > stale_after_s,  # still routed (on aged figures) until forgetAfterS
                 "draining": c.draining,
                 "router_drain": c.router_drain,
                 "capacity_type": c.capacity_type,

@@ -5,6 +5,7 @@ ready pods — and, when Redis is configured, Redis has answered since start. Th
 start-up gate only (latched): once a replica has served, a Redis outage must not mark every replica
 unready at once, or the load balancer would drop the whole global endpoint exactly when `failMode:
 open` is meant to keep it serving. Losing every cluster, on the other hand, does make it unready.
+A replica that is draining (SIGTERM, docs/drain.md) is unready while it finishes its requests.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class Readiness:
         self._ping = redis_ping
         self._ping_timeout_s = ping_timeout_s
         self._redis_seen = redis_ping is None
+        self.draining = False
 
     async def check(self) -> tuple[bool, dict[str, Any]]:
         """(ready, details for the response body)."""
@@ -43,8 +45,10 @@ class Readiness:
                 async with asyncio.timeout(self._ping_timeout_s):
                     await self._ping()
                 self._redis_seen = True
-        ready = routable > 0 and self._redis_seen
+        ready = routable > 0 and self._redis_seen and not self.draining
         detail: dict[str, Any] = {"ready": ready, "routable_clusters": routable}
+        if self.draining:
+            detail["draining"] = True
         if self._ping is not None:
             detail["redis_answered"] = self._redis_seen
         return ready, detail

@@ -125,7 +125,11 @@ class GlobalRouter:
         self._control_redis: aioredis.Redis | None = None
         self._upstreams: UpstreamPools | None = None
         self._server: EmbeddedServer | None = None
+        self.readiness = Readiness(
+            self.fleet, self.selector, self.redis.ping if self.redis is not None else None
+        )
         self.http_port = 0
+        self._stopped = False
         self.grpc_port = 0
 
     @property
@@ -142,6 +146,7 @@ class GlobalRouter:
         return info
 
     async def start(self) -> None:
+        self._stopped = False
         try:
             # reports arrive within one interval of an agent (re)connecting; until then, 503 not 404
             self.selector.start_warmup(self.cfg.capacity.stale_after_s)
@@ -176,9 +181,7 @@ class GlobalRouter:
                 tracker=self.tracker,
                 metrics=self.metrics,
                 router_info=self._info,
-                readiness=Readiness(
-                    self.fleet, self.selector, self.redis.ping if self.redis is not None else None
-                ),
+                readiness=self.readiness,
             )
             sock = listen_socket(self.cfg.host, self._http_port_cfg, reuse_port=self._reuse_port)
             config = server_config(build_app(services), self.cfg.server)
@@ -254,12 +257,25 @@ class GlobalRouter:
             if u.hostname:
                 self.capacity.policy.add_own_address(u.hostname, u.port or 6379)
 
-    async def stop(self) -> None:
+    async def drain(self) -> None:
+        """What SIGTERM does (docs/drain.md): `/ready` 503 while still serving for
+        `server.drainNoticeS` (the load balancer stops choosing this replica), then stop accepting
+        and let requests in flight finish for up to `server.drainTimeoutS`, then stop."""
+        self.readiness.draining = True
         if self._worker_procs is not None:
-            await self._worker_procs.stop()
+            self._worker_procs.begin_drain()
+        await asyncio.sleep(self.cfg.server.drain_notice_s)  # the notice period itself, not a sync
+        await self.stop(drain=True)
+
+    async def stop(self, *, drain: bool = False) -> None:
+        if self._stopped:  # after drain(), the CLI's `finally` stops again
+            return
+        self._stopped = True
+        if self._worker_procs is not None:  # each worker drains what it serves on SIGTERM
+            await self._worker_procs.stop(self.cfg.server.drain_timeout_s + 5.0)
             self._worker_procs = None
         if self._server is not None:
-            await self._server.stop(log)
+            await self._server.stop(log, self.cfg.server.drain_timeout_s if drain else None)
             self._server = None
         await self._stop_capacity()
         await self.limiter.stop()

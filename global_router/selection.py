@@ -4,9 +4,9 @@ Filters: serves the model (or adapter), report not forgotten, not draining (clus
 ejected (failing open to ejected clusters when nothing else is left: an ejection is a guess, an outage
 is certain). Static stability: a report older than `staleAfterS` does not take its cluster out of
 rotation — agents fall silent for reasons that leave the data plane intact (a busy machine, a
-partition between agents and router, a restarted replica) — it only ranks the cluster behind every
-fresh one of the same SLO tier and ages its headroom (scaled by staleAfterS / age, as the cluster's real load drifts from
-what it said). Only request failures (ejection) or silence beyond `forgetAfterS` remove it. Scorers (each 0..1, registry below) are weighted per traffic class. Ranking is by tier
+partition between agents and router, a restarted replica) — nor behind every fresh cluster: its
+figures are aged toward caution (`staleness.py`: headroom x staleAfterS / age, a bounded TTFT
+penalty). Only request failures (ejection) or silence beyond `forgetAfterS` remove it. Scorers (each 0..1, registry below) are weighted per traffic class. Ranking is by tier
 first — interactive traffic puts clusters predicted over its TTFT target last, and every class puts
 clusters without room after those with room (so `batch`, weighted to cost, gets the cheapest cluster
 that has room) — then by weighted score. Headroom is the reported one minus what this replica has sent
@@ -31,6 +31,7 @@ from common.errors import OpenAIError, not_found_model, unavailable
 from global_router.cluster_scorers import build_scorers, register_function
 from global_router.dispatch_tracker import DispatchTracker
 from global_router.fleet_view import ClusterState, ModelCapacity
+from global_router.staleness import StaleAging
 
 MIN_TTFT_MS = 1.0
 
@@ -52,7 +53,7 @@ class Candidate:
     network_ms: float
     cost: float  # $ per Mtok (or per GPU-hour, see `_price_per_token`), spot inflated by its risk
     over_target: bool = False
-    stale: bool = False  # report older than staleAfterS: ranked behind every fresh candidate
+    stale: bool = False  # report older than staleAfterS: figures aged (staleness.py)
     score: float = 0.0
     parts: dict[str, float] = field(default_factory=dict)
 
@@ -150,6 +151,7 @@ class ClusterSelector:
         self._sel = selection
         self._stale_after_s = stale_after_s
         self._forget_after_s = max(forget_after_s, stale_after_s)
+        self._aging = StaleAging(stale_after_s, selection.stale_penalty_ms)
         # Until then an unknown model is a 503 (reports may still be on their way), not a 404: see
         # `start_warmup`.
         self.warm_until = 0.0
@@ -197,12 +199,14 @@ class ClusterSelector:
     def _candidate(
         self, cluster: ClusterState, cap: ModelCapacity, req: SelectionRequest, now: float
     ) -> Candidate:
-        reported = cap.headroom_requests
         age = cluster.age(now)
-        stale = age > self._stale_after_s
-        if stale and reported > 0:  # aged: the older the report, the less of its headroom we trust
-            reported = int(reported * self._stale_after_s / age)
-        headroom = reported - self._tracker.dispatched_since(cluster.cluster_id, cluster.seq)
+        stale = self._aging.is_stale(age)
+        headroom = self._aging.headroom(
+            cap.headroom_requests,
+            age,
+            dispatched_since=self._tracker.dispatched_since(cluster.cluster_id, cluster.seq),
+            inflight=self._tracker.inflight(cluster.cluster_id),
+        )
         overflow = max(0, -headroom)
         # Each request beyond the reported headroom waits roughly one prefill turn per pod.
         per_request_ms = max(cap.est_ttft_ms, 50.0) / max(1, cap.ready_pods)
@@ -210,7 +214,10 @@ class ClusterSelector:
         load = 0.0
         if req.model != cap.model and req.model not in cap.adapters_resident:
             load = self._sel.adapter_load_penalty_ms  # LoRA adapter not resident on any pod there
-        predicted = max(MIN_TTFT_MS, cap.est_ttft_ms + overflow * per_request_ms + net + load)
+        predicted = max(
+            MIN_TTFT_MS,
+            cap.est_ttft_ms + overflow * per_request_ms + net + load + self._aging.ttft_penalty_ms(age),
+        )
         cost = cluster.cost_per_gpu_hour
         if cluster.capacity_type == "spot":
             cost *= 1.0 + self._sel.spot_discount_risk
@@ -262,8 +269,8 @@ class ClusterSelector:
             c.over_target = target is not None and c.predicted_ttft_ms > target
         jitter = {id(c): self._rng.random() for c in cands}
         # the SLO tier first (a late report must not send interactive traffic to a cluster predicted
-        # over its target), then fresh before stale, then room, then score
-        cands.sort(key=lambda c: (c.over_target, c.stale, not c.has_room, -c.score, jitter[id(c)]))
+        # over its target), then room, then score (a stale cluster competes on aged figures)
+        cands.sort(key=lambda c: (c.over_target, not c.has_room, -c.score, jitter[id(c)]))
         return Ranking(cands, saturated, policy)
 
     def _score(self, cands: list[Candidate], policy: TrafficClassPolicy) -> None:

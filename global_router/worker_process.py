@@ -59,12 +59,14 @@ async def _serve(cfg: GlobalRouterConfig, args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # the main process gave notice (docs/drain.md): /ready says 503 while this worker serves on
+    loop.add_signal_handler(signal.SIGUSR1, lambda: setattr(router.readiness, "draining", True))
     await router.start()
     log.info("router worker %d (pid %d) serving on port %d", args.worker, os.getpid(), router.http_port)
     try:
         await stop.wait()
     finally:
-        await router.stop()
+        await router.stop(drain=True)  # stop accepting, finish what is in flight
     return 0
 
 

@@ -117,6 +117,9 @@ class CapacityAgent:
         self.interval_s = max(MIN_INTERVAL_S, self.link.report_interval_ms / 1000.0)
         self.connected = False
         self.drain_requested = False
+        # the gateway is stopping (SIGTERM, docs/drain.md): reports say draining from the next one on
+        self.draining = False
+        self._drain_seq: int | None = None  # the first report that said so
         self.last_directive: capacity_pb2.Directive | None = None
         self.last_acked = 0
         self.reports_sent = 0
@@ -171,7 +174,7 @@ class CapacityAgent:
         self._seq += 1
         url = self._gateway_url() if self._gateway_url is not None else None
         queued = self._gateway_queued() if self._gateway_queued is not None else None
-        return build_report(
+        report = build_report(
             self.spec,
             self.pool,
             self._seq,
@@ -180,6 +183,16 @@ class CapacityAgent:
             url=url,
             gateway_queued=queued,
         )
+        if self.draining:
+            report.draining = True
+            if self._drain_seq is None:
+                self._drain_seq = self._seq
+        return report
+
+    @property
+    def drain_acknowledged(self) -> bool:
+        """The router has acknowledged a report saying this cluster drains (it routes nothing new here)."""
+        return self._drain_seq is not None and self.last_acked >= self._drain_seq
 
     async def _wait_for_url(self) -> str:
         if self._gateway_url is None:
@@ -282,6 +295,7 @@ class CapacityAgent:
             signature = self._significant_state(max_staleness_s, now)
             # a pod flapping around a threshold must not turn into a report every check
             changed = signature != self._last_signature and now - sent_at >= self.min_early_gap_s
+            changed |= self.draining and self._drain_seq is None  # leaving rotation: say so at once
             if changed or now - sent_at >= self.interval_s:
                 if changed and now - sent_at < self.interval_s:
                     self.early_reports += 1

@@ -74,6 +74,7 @@ class ProxyApp:
         self.max_body = cfg.max_body_bytes
         self.max_depth = cfg.max_json_depth
         self.access_log = access_log
+        self.draining = False  # set on SIGTERM (docs/drain.md): /ready says 503 while requests finish
         self.routes: dict[tuple[str, str], ASGIApp] = {
             ("POST", COMPLETIONS_PATH): self._completion,
             ("POST", CHAT_PATH): self._completion,
@@ -204,10 +205,12 @@ class ProxyApp:
 
     async def _ready(self, scope: Scope, receive: Receive, send: Send) -> None:
         r = readiness(self.pool.pods(), time.monotonic())  # degraded still serves: see readiness.py
+        ready = r.ready and not self.draining
         body = msgspec.json.encode(
-            {"ready": r.ready, "pods": r.pods, "readyPods": r.ready_pods, "degraded": r.degraded}
+            {"ready": ready, "pods": r.pods, "readyPods": r.ready_pods, "degraded": r.degraded}
+            | ({"draining": True} if self.draining else {})
         )
-        await send_json(send, 200 if r.ready else 503, body)
+        await send_json(send, 200 if ready else 503, body)
 
     async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
         body, ctype = self.metrics.render()

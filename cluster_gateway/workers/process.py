@@ -88,6 +88,7 @@ async def _serve(spec: GatewaySpec, args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, plane.begin_drain)  # the gateway process drains
     synced = asyncio.create_task(replica.synced.wait())
     await asyncio.wait({feed, synced}, timeout=SYNC_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
     if not replica.synced.is_set():
@@ -109,7 +110,8 @@ async def _serve(spec: GatewaySpec, args: argparse.Namespace) -> int:
     stopped = asyncio.create_task(stop.wait())
     await asyncio.wait({feed, stopped}, return_when=asyncio.FIRST_COMPLETED)
     rechecker.cancel()
-    await plane.stop()
+    plane.begin_drain()  # the gateway process gave notice already: stop accepting, finish in flight
+    await plane.stop(drain=True)
     feed.cancel()
     with contextlib.suppress(BaseException):
         await feed

@@ -92,7 +92,7 @@ class CapacityServer(_Base, kw_only=True):
     host: str = "127.0.0.1"
     port: Port = 50051
     report_interval_ms: Annotated[int, Meta(ge=50)] = 1000
-    # a cluster silent this long is "stale": still routed to (behind fresh ones, figures aged) until
+    # a cluster silent this long is "stale": still routed to (on aged figures, staleness.py) until
     # requests to it fail or it is silent for forgetAfterS (static stability: see
     # docs/global-router-resilience.md)
     stale_after_s: PositiveFloat = 3.0
@@ -150,6 +150,9 @@ class Selection(_Base, kw_only=True):
     cross_region_latency_ms: NonNegFloat = 80.0
     # an adapter request to a cluster where no pod has the adapter loaded pays its load first
     adapter_load_penalty_ms: NonNegFloat = 150.0
+    # at most this is added to a stale cluster's predicted TTFT (growing with the report's age): keep
+    # it below any cross-region latency (global_router/staleness.py)
+    stale_penalty_ms: NonNegFloat = 20.0
 
 
 class Failover(_Base, kw_only=True):

@@ -5,8 +5,17 @@ set -euo pipefail
 KIND_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$KIND_DIR/../.." && pwd)"
 STATE="${FLEETGATE_KIND_STATE:-$KIND_DIR/.state}"
-REGIONS=(${FLEETGATE_KIND_REGIONS:-us eu ap})
-ROUTER_REGION="${FLEETGATE_KIND_ROUTER_REGION:-us}"
+PYTHON="${FLEETGATE_KIND_PYTHON:-python3}"   # stdlib only for the next line; the scenario runner needs httpx
+# The clusters and their regions come from the scenario definitions the netns test bed uses
+# (fleetgate/netbed/scenarios.py, KIND_TOPOLOGY): kind cluster `fleetgate-<id>` per cluster id.
+CLUSTERS=()
+declare -A REGION_OF=()
+while read -r _id _region; do
+  CLUSTERS+=("$_id")
+  REGION_OF[$_id]="$_region"
+done < <(cd "$ROOT" && "$PYTHON" -m fleetgate.netbed.scenarios kind-clusters)
+[ ${#CLUSTERS[@]} -gt 0 ] || { printf '[fleetgate-kind] error: no clusters from fleetgate.netbed.scenarios\n' >&2; exit 1; }
+ROUTER_CLUSTER="${FLEETGATE_KIND_ROUTER_CLUSTER:-${CLUSTERS[0]}}"   # the global router runs in this one
 IMAGE_REPO="${FLEETGATE_KIND_IMAGE_REPO:-fleetgate}"
 IMAGE=""   # set by build_image: $IMAGE_REPO:kind-<content hash>
 NAMESPACE=fleetgate

@@ -5,8 +5,8 @@ source "$(dirname "$0")/lib.sh"
 endpoint="http://127.0.0.1:$ROUTER_HOST_PORT"
 
 fleet="$(curl -fsS -H "Authorization: Bearer $(cat "$STATE/admin-key")" "$endpoint/fleet")"
-for region in "${REGIONS[@]}"; do
-  grep -q "\"$(cluster "$region")\"" <<<"$fleet" || die "cluster $(cluster "$region") missing from /fleet"
+for cid in "${CLUSTERS[@]}"; do
+  grep -q "\"$(cluster "$cid")\"" <<<"$fleet" || die "cluster $(cluster "$cid") missing from /fleet"
 done
 
 body=$(printf '{"model": "%s", "messages": [{"role": "user", "content": "Say hello from kind."}], "max_tokens": 16}' "$MODEL")
@@ -16,10 +16,10 @@ grep -q '"choices"' <<<"$reply" || die "unexpected reply: $reply"
 log "ok: $(grep -o '"finish_reason":"[a-z]*"' <<<"$reply" | head -1)"
 
 # Straight to a cluster gateway, bypassing the router: refused (only the router's signature is accepted).
-for region in "${REGIONS[@]}"; do
-  code="$(curl -s -o /dev/null -w '%{http_code}' "http://$(node_ip "$region"):$GATEWAY_NODEPORT/v1/chat/completions" \
+for cid in "${CLUSTERS[@]}"; do
+  code="$(curl -s -o /dev/null -w '%{http_code}' "http://$(node_ip "$cid"):$GATEWAY_NODEPORT/v1/chat/completions" \
     -H 'Content-Type: application/json' -d "$body")"
-  [ "$code" = 401 ] || die "gateway of $(cluster "$region") answered $code without the router's credential (want 401)"
+  [ "$code" = 401 ] || die "gateway of $(cluster "$cid") answered $code without the router's credential (want 401)"
 done
 log "ok: every gateway refuses requests that bypass the router (401)"
 echo "$reply"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Three kind clusters (fleetgate-us, -eu, -ap), simulated model servers in each, a cluster gateway per
-# cluster and one global router (in fleetgate-us) that every gateway's agent reports to.
-# Then: deploy/kind/smoke.sh sends a request through the global endpoint; deploy/kind/down.sh cleans up.
+# One kind cluster per cluster of the shared scenario topology (fleetgate/netbed/scenarios.py,
+# KIND_TOPOLOGY: fleetgate-use1, -euw1, -aps1 in us-east, eu-west, ap-south), simulated model servers in
+# each, a cluster gateway per cluster and one global router (in the first) that every agent reports to.
+# Then: deploy/kind/smoke.sh sends a request through the global endpoint, deploy/kind/scenarios.sh runs
+# the netns bed's scenarios that kind can run; deploy/kind/down.sh cleans up.
 source "$(dirname "$0")/lib.sh"
 need_tools
 mkdir -p "$STATE"
@@ -11,13 +13,13 @@ log "building image $IMAGE_REPO"
 build_image
 log "image $IMAGE"
 
-for region in "${REGIONS[@]}"; do
-  name="$(cluster "$region")"
+for cid in "${CLUSTERS[@]}"; do
+  name="$(cluster "$cid")"
   if kind get clusters 2>/dev/null | grep -qx "$name"; then
     log "cluster $name exists"
   else
     log "creating cluster $name"
-    if [ "$region" = "$ROUTER_REGION" ]; then
+    if [ "$cid" = "$ROUTER_CLUSTER" ]; then
       kind create cluster --name "$name" --wait 120s --config - <<YAML
 kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
@@ -33,21 +35,21 @@ YAML
     fi
   fi
   load_image "$name"
-  kubectl --context "$(ctx "$region")" create namespace "$NAMESPACE" --dry-run=client -o yaml |
-    kubectl --context "$(ctx "$region")" apply -f - >/dev/null
+  kubectl --context "$(ctx "$cid")" create namespace "$NAMESPACE" --dry-run=client -o yaml |
+    kubectl --context "$(ctx "$cid")" apply -f - >/dev/null
 done
 
 # Secrets: one agent token per cluster and a demo API key; only their SHA-256 reach the router.
 # Each cluster also gets a router->gateway HMAC secret, held by the router and by that gateway.
 [ -f "$STATE/api-key" ] || printf 'sk-fleetgate-%s' "$(random_secret)" >"$STATE/api-key"
 [ -f "$STATE/admin-key" ] || printf 'sk-fleetgate-admin-%s' "$(random_secret)" >"$STATE/admin-key"
-for region in "${REGIONS[@]}"; do
-  [ -f "$STATE/token-$region" ] || random_secret >"$STATE/token-$region"
-  [ -f "$STATE/gateway-secret-$region" ] || random_secret >"$STATE/gateway-secret-$region"
+for cid in "${CLUSTERS[@]}"; do
+  [ -f "$STATE/token-$cid" ] || random_secret >"$STATE/token-$cid"
+  [ -f "$STATE/gateway-secret-$cid" ] || random_secret >"$STATE/gateway-secret-$cid"
 done
 
-router_ip="$(node_ip "$ROUTER_REGION")"
-rc="$(ctx "$ROUTER_REGION")"
+router_ip="$(node_ip "$ROUTER_CLUSTER")"
+rc="$(ctx "$ROUTER_CLUSTER")"
 
 # TLS for the capacity port: a self-signed certificate for the router node's address (agents verify
 # it as their CA). In a real cluster cert-manager issues it (capacityTls.certManager).
@@ -61,8 +63,8 @@ kubectl --context "$rc" -n "$NAMESPACE" create secret tls fleetgate-capacity-tls
   --cert="$STATE/capacity-tls.crt" --key="$STATE/capacity-tls.key" --dry-run=client -o yaml |
   kubectl --context "$rc" apply -f - >/dev/null
 gateway_secret_args=()
-for region in "${REGIONS[@]}"; do
-  gateway_secret_args+=("--from-file=$(cluster "$region")=$STATE/gateway-secret-$region")
+for cid in "${CLUSTERS[@]}"; do
+  gateway_secret_args+=("--from-file=$(cluster "$cid")=$STATE/gateway-secret-$cid")
 done
 kubectl --context "$rc" -n "$NAMESPACE" create secret generic fleetgate-router-gateway-secrets \
   "${gateway_secret_args[@]}" --dry-run=client -o yaml | kubectl --context "$rc" apply -f - >/dev/null
@@ -74,7 +76,7 @@ podDisruptionBudget: {enabled: false}
 image: {repository: ${IMAGE%:*}, tag: ${IMAGE##*:}, pullPolicy: Never}
 resources: {requests: {cpu: 100m, memory: 128Mi}, limits: {memory: 512Mi}}
 config:
-  region: $ROUTER_REGION
+  region: ${REGION_OF[$ROUTER_CLUSTER]}
   adminKeySha256: "$(sha256 "$(cat "$STATE/admin-key")")"
 capacityTls: {enabled: true, secretName: fleetgate-capacity-tls}
 gatewaySecrets: {existingSecret: fleetgate-router-gateway-secrets}
@@ -85,20 +87,20 @@ tenants:
     apiKeySha256: ["$(sha256 "$(cat "$STATE/api-key")")"]
 agents:
 YAML
-  for region in "${REGIONS[@]}"; do
-    printf '  - clusterId: %s\n    tokenSha256: "%s"\n' "$(cluster "$region")" "$(sha256 "$(cat "$STATE/token-$region")")"
+  for cid in "${CLUSTERS[@]}"; do
+    printf '  - clusterId: %s\n    tokenSha256: "%s"\n' "$(cluster "$cid")" "$(sha256 "$(cat "$STATE/token-$cid")")"
     # pinned to the gateway's NodePort on its node; the router signs requests with this cluster's secret
-    printf '    gatewayUrls: ["http://%s:%s"]\n' "$(node_ip "$region")" "$GATEWAY_NODEPORT"
-    printf '    gatewayAuth: {mode: hmac, secretFile: /etc/fleetgate/gateway-secrets/%s}\n' "$(cluster "$region")"
+    printf '    gatewayUrls: ["http://%s:%s"]\n' "$(node_ip "$cid")" "$GATEWAY_NODEPORT"
+    printf '    gatewayAuth: {mode: hmac, secretFile: /etc/fleetgate/gateway-secrets/%s}\n' "$(cluster "$cid")"
   done
 } >"$STATE/router-values.yaml"
-log "installing the global router in $(cluster "$ROUTER_REGION")"
+log "installing the global router in $(cluster "$ROUTER_CLUSTER")"
 helm upgrade --install fleetgate-router "$ROOT/deploy/helm/fleetgate-global-router" \
-  --kube-context "$(ctx "$ROUTER_REGION")" -n "$NAMESPACE" -f "$STATE/router-values.yaml" --wait --timeout 5m
+  --kube-context "$(ctx "$ROUTER_CLUSTER")" -n "$NAMESPACE" -f "$STATE/router-values.yaml" --wait --timeout 5m
 
-for region in "${REGIONS[@]}"; do
-  c="$(ctx "$region")"
-  log "model servers and gateway in $(cluster "$region")"
+for cid in "${CLUSTERS[@]}"; do
+  c="$(ctx "$cid")"
+  log "model servers and gateway in $(cluster "$cid")"
   kubectl --context "$c" -n "$NAMESPACE" apply -f - >/dev/null <<YAML
 apiVersion: apps/v1
 kind: Deployment
@@ -128,12 +130,12 @@ spec:
           securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}
 YAML
   kubectl --context "$c" -n "$NAMESPACE" create secret generic fleetgate-agent-token \
-    --from-file=token="$STATE/token-$region" --dry-run=client -o yaml | kubectl --context "$c" apply -f - >/dev/null
+    --from-file=token="$STATE/token-$cid" --dry-run=client -o yaml | kubectl --context "$c" apply -f - >/dev/null
   kubectl --context "$c" -n "$NAMESPACE" create secret generic fleetgate-gateway-auth \
-    --from-file=secret="$STATE/gateway-secret-$region" --dry-run=client -o yaml | kubectl --context "$c" apply -f - >/dev/null
+    --from-file=secret="$STATE/gateway-secret-$cid" --dry-run=client -o yaml | kubectl --context "$c" apply -f - >/dev/null
   kubectl --context "$c" -n "$NAMESPACE" create secret generic fleetgate-router-ca \
     --from-file=ca.crt="$STATE/capacity-tls.crt" --dry-run=client -o yaml | kubectl --context "$c" apply -f - >/dev/null
-  cat >"$STATE/gateway-values-$region.yaml" <<YAML
+  cat >"$STATE/gateway-values-$cid.yaml" <<YAML
 replicaCount: 1
 podDisruptionBudget: {enabled: false}
 image: {repository: ${IMAGE%:*}, tag: ${IMAGE##*:}, pullPolicy: Never}
@@ -143,11 +145,11 @@ agentToken: {existingSecret: fleetgate-agent-token, key: token}
 gatewayAuth: {existingSecret: fleetgate-gateway-auth, key: secret}
 routerCa: {existingSecret: fleetgate-router-ca, key: ca.crt}
 gateway:
-  clusterId: $(cluster "$region")
-  region: $region
+  clusterId: $(cluster "$cid")
+  region: ${REGION_OF[$cid]}
   host: 0.0.0.0
   port: 8080
-  publicUrl: http://$(node_ip "$region"):$GATEWAY_NODEPORT
+  publicUrl: http://$(node_ip "$cid"):$GATEWAY_NODEPORT
   discovery:
     kubernetes:
       selector: {matchLabels: {app: fleetgate-sim}}
@@ -159,7 +161,7 @@ gateway:
     tls: true
 YAML
   helm upgrade --install fleetgate-gateway "$ROOT/deploy/helm/fleetgate-cluster-gateway" \
-    --kube-context "$c" -n "$NAMESPACE" -f "$STATE/gateway-values-$region.yaml" --wait --timeout 5m
+    --kube-context "$c" -n "$NAMESPACE" -f "$STATE/gateway-values-$cid.yaml" --wait --timeout 5m
   kubectl --context "$c" -n "$NAMESPACE" rollout status deploy/model-server --timeout 180s
 done
 
@@ -168,8 +170,8 @@ for _ in $(seq 1 60); do
   fleet="$(curl -fsS -H "Authorization: Bearer $(cat "$STATE/admin-key")" \
     "http://127.0.0.1:$ROUTER_HOST_PORT/fleet" 2>/dev/null || true)"
   ok=1
-  for region in "${REGIONS[@]}"; do
-    grep -q "\"$(cluster "$region")\"" <<<"$fleet" || ok=0
+  for cid in "${CLUSTERS[@]}"; do
+    grep -q "\"$(cluster "$cid")\"" <<<"$fleet" || ok=0
   done
   if [ "$ok" = 1 ]; then
     log "fleet ready"
@@ -180,4 +182,4 @@ for _ in $(seq 1 60); do
   fi
   sleep 2
 done
-die "not every cluster reported within 120 s; see: kubectl --context $(ctx "$ROUTER_REGION") -n $NAMESPACE logs deploy/fleetgate-router-fleetgate-global-router"
+die "not every cluster reported within 120 s; see: kubectl --context $(ctx "$ROUTER_CLUSTER") -n $NAMESPACE logs deploy/fleetgate-router-fleetgate-global-router"

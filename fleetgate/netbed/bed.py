@@ -41,57 +41,23 @@ import yaml
 
 from common.wanrelay import ControlClient
 from fleetgate.netbed.netns import Namespaces
+from fleetgate.netbed.topology import MODEL, ClusterPlan, Topology
 from global_router.tenants import hash_key
 from modelsim.profiles import get_profile
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout, put on the children's PYTHONPATH
-MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 GATEWAY_PORT = 8080
 SIM_BASE_PORT = 9000
 ROUTER_HTTP_PORT = 8000  # replica r listens on 8000 + r
 ROUTER_GRPC_PORT = 50051  # and 50051 + r
 REDIS_PORT = 6379
 SIM_PROFILE = "tiny"
+# SIGTERM (docs/drain.md): half a second of notice is plenty on the bed's links (a gateway also waits
+# for the router's ack of its draining report), and in-flight requests finish well before
+# NsProcess.stop's SIGKILL
+DRAIN = {"drainNoticeS": 0.5, "drainTimeoutS": 10}
 _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
-
-
-@dataclass(frozen=True)
-class ClusterPlan:
-    cluster_id: str
-    region: str
-    pods: int = 2
-    cost_per_gpu_hour: float = 2.5
-
-
-@dataclass(frozen=True)
-class Topology:
-    """What to build. `region_ms`: one-way latency between the global namespace and each region."""
-
-    clusters: tuple[ClusterPlan, ...]
-    region_ms: dict[str, float]
-    jitter_ms: float = 2.0
-    routers: int = 2
-    time_scale: float = 1.0
-    stale_after_s: float = 3.0
-    report_interval_ms: int = 250
-    redis_report_ttl_s: float = 10.0
-    limited_rpm: int = 600  # requests/minute of the `limited` tenant (limits accuracy across replicas)
-
-    def __post_init__(self) -> None:
-        missing = {c.region for c in self.clusters} - set(self.region_ms)
-        if missing:
-            raise ValueError(f"region_ms has no latency for {sorted(missing)}")
-
-    def region_latency_matrix(self) -> dict[str, dict[str, float]]:
-        """Client region -> cluster region, as the router is told: the path through the global hub."""
-        regions = sorted(self.region_ms)
-        return {
-            a: {b: 0.0 if a == b else self.region_ms[a] + self.region_ms[b] for b in regions} for a in regions
-        }
-
-    def region_of(self, cluster_id: str) -> str:
-        return next(c.region for c in self.clusters if c.cluster_id == cluster_id)
 
 
 def _die_with_parent() -> None:
@@ -345,6 +311,7 @@ class Testbed:
                 },
             ],
             "failover": {"ejectAfterFailures": 2, "ejectBaseS": 2, "connectTimeoutS": 1.0},
+            "server": DRAIN,
             "selection": {"regionLatencyMs": self.topo.region_latency_matrix()},
         }
         (self.workdir / f"router{r}.yaml").write_text(yaml.safe_dump(data))
@@ -391,6 +358,7 @@ class Testbed:
                 "static": {"endpoints": [f"http://127.0.0.1:{SIM_BASE_PORT + k}" for k in range(c.pods)]}
             },
             "scrape": {"intervalMs": 100, "modelsRefreshS": 1},
+            "server": DRAIN,
             "globalRouter": {
                 "address": f"{c_hub}:{ROUTER_GRPC_PORT}",
                 "tokenFile": str(token),
@@ -433,25 +401,26 @@ class Testbed:
             return doc
 
     def fresh_at(self, replica: int) -> set[str]:
-        """Clusters replica `replica` sees fresh with a ready pod serving MODEL."""
-        try:
-            doc = self.fleet(replica)
-        except (httpx.HTTPError, ValueError):
-            return set()
-        return {
-            c["id"]
-            for c in doc["clusters"]
-            if c["fresh"] and c["models"].get(MODEL, {}).get("ready_pods", 0) > 0
-        }
+        """Clusters replica `replica` sees fresh, not draining, with a ready pod serving MODEL."""
+        return {c["id"] for c in self._in_rotation(replica) if c["fresh"]}
 
     def routable_at(self, replica: int) -> set[str]:
         """Clusters replica `replica` would route MODEL to: fresh, or stale on last-known data
         (static stability: a stale report keeps its cluster in rotation until it is forgotten)."""
+        return {c["id"] for c in self._in_rotation(replica)}
+
+    def _in_rotation(self, replica: int) -> list[dict[str, Any]]:
         try:
             doc = self.fleet(replica)
         except (httpx.HTTPError, ValueError):
-            return set()
-        return {c["id"] for c in doc["clusters"] if c["models"].get(MODEL, {}).get("ready_pods", 0) > 0}
+            return []
+        return [
+            c
+            for c in doc["clusters"]
+            if not c["draining"]
+            and not c["router_drain"]
+            and c["models"].get(MODEL, {}).get("ready_pods", 0) > 0
+        ]
 
     def wait_fresh(
         self, cluster_ids: list[str], within_s: float = 30.0, replicas: list[int] | None = None

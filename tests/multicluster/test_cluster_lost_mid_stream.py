@@ -10,8 +10,8 @@ import time
 import pytest
 
 from fleetgate.netbed.bed import Testbed
-from tests.multicluster.load import failures, one, wait_for
-from tests.multicluster.topologies import SLOW_TWO_REGIONS
+from fleetgate.netbed.load import failures, one, wait_for
+from fleetgate.netbed.scenarios import SLOW_TWO_REGIONS
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(180), pytest.mark.topology(SLOW_TWO_REGIONS)]
 

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from fleetgate.netbed.bed import Testbed
-from tests.multicluster.load import failures, run_load, wait_for
-from tests.multicluster.topologies import TWO_REGIONS
+from fleetgate.netbed.load import failures, run_load, wait_for
+from fleetgate.netbed.scenarios import TWO_REGIONS
 
 pytestmark = [pytest.mark.netns, pytest.mark.timeout(180), pytest.mark.topology(TWO_REGIONS)]
 
@@ -65,13 +65,6 @@ async def test_partitioned_region_serves_locally_and_others_are_unaffected(bed: 
     await wait_for(lambda: all("use1" in bed.fresh_at(r) for r in (0, 1)), 20, "use1 fresh again")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="with issue 13 the partitioned region stays routable (nothing is lost), but selection ranks "
-    "every stale cluster behind every fresh one, so its own region's traffic leaves for a fresh region "
-    "150 ms away; keeping a share there needs aged-not-demoted figures in selection (open)",
-)
 async def test_partitioned_region_stays_routable_on_last_known_data(bed: Testbed) -> None:
     before, us, _, _, began = await _partitioned_window(bed)
     home_before = sum(r.cluster == "use1" for r in before) / max(1, len(before))

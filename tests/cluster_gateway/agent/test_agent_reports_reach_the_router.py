@@ -198,3 +198,16 @@ async def test_a_flapping_pod_does_not_flood_the_router_with_reports() -> None:
         elapsed = time.monotonic() - t0
         sent = agent.reports_sent - before
         assert 1 <= sent <= elapsed / 0.25 + 2
+
+
+async def test_a_draining_gateway_says_so_at_once_and_learns_the_router_heard_it() -> None:
+    # a 30 s interval: only the early report the drain triggers can carry it in time
+    async with (
+        running_server(interval_ms=30_000) as (_, port, fleet),
+        running_agent(port, sample_pool(), interval_ms=30_000) as agent,
+    ):
+        await eventually(lambda: agent.connected and fleet.get("c-a") is not None, what="first report")
+        assert not fleet.get("c-a").draining and not agent.drain_acknowledged  # type: ignore[union-attr]
+        agent.draining = True  # what ClusterGateway.drain() does on SIGTERM
+        await eventually(lambda: fleet.get("c-a").draining, within=3.0, what="draining report")  # type: ignore[union-attr]
+        await eventually(lambda: agent.drain_acknowledged, within=3.0, what="the router's ack of it")

@@ -1,4 +1,7 @@
-"""Bounded client load for the scenarios: closed-loop workers that record every request's outcome."""
+"""Bounded client load for the scenarios: closed-loop workers that record every request's outcome.
+
+Shared by the netns tests (`tests/multicluster/`) and the kind runner (`kind.py`): the same load and
+the same loss check, whatever the fleet runs on."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from fleetgate.netbed.bed import MODEL
+from fleetgate.netbed.topology import MODEL
 
 
 @dataclass

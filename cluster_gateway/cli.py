@@ -62,7 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--kubeconfig", help="kubeconfig file for --crd/--status-resource (default: in-cluster)"
     )
     parser.add_argument("--log-level", default="INFO", help="log level (default INFO)")
-    parser.add_argument("--log-format", choices=["json", "text"], default="json")
+    parser.add_argument(
+        "--log-format", choices=["json", "text"], default="json", help="log line format (default json)"
+    )
 
 
 def build_spec(args: argparse.Namespace) -> GatewaySpec:

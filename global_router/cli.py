@@ -34,7 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "pass - to read the key from stdin (keeps it out of shell history)",
     )
     parser.add_argument("--log-level", default="INFO", help="log level (default INFO)")
-    parser.add_argument("--log-format", choices=["json", "text"], default="json")
+    parser.add_argument(
+        "--log-format", choices=["json", "text"], default="json", help="log line format (default json)"
+    )
 
 
 def build_config(args: argparse.Namespace) -> GlobalRouterConfig:

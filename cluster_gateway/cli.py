@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from common import runloop
 from common.config.gateway import GatewaySpec
 from common.config.loader import ConfigError, load_config, load_config_data
+from common.listen_error import ListenError
 
 if TYPE_CHECKING:
     from cluster_gateway.gateway import ClusterGateway
@@ -118,7 +119,8 @@ async def _serve(spec: GatewaySpec, args: argparse.Namespace) -> int:
     try:
         await gateway.start()
     except OSError as exc:
-        print(f"fleetgate gateway: cannot listen: {exc}", file=sys.stderr)
+        reason = exc if isinstance(exc, ListenError) else f"cannot listen: {exc}"
+        print(f"fleetgate gateway: {reason}", file=sys.stderr)
         return 1
     try:
         await stop.wait()

@@ -13,6 +13,7 @@ import msgspec
 from common import runloop
 from common.config.loader import ConfigError, load_config
 from common.config.router import GlobalRouterConfig
+from common.listen_error import ListenError
 from global_router.tenants import hash_key
 
 log = logging.getLogger("fleetgate.router")
@@ -71,7 +72,8 @@ async def _serve(cfg: GlobalRouterConfig, args: argparse.Namespace) -> int:
         print(f"fleetgate global-router: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"fleetgate global-router: cannot listen: {exc}", file=sys.stderr)
+        reason = exc if isinstance(exc, ListenError) else f"cannot listen: {exc}"
+        print(f"fleetgate global-router: {reason}", file=sys.stderr)
         return 1
     try:
         await stop.wait()
@@ -106,6 +108,10 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"fleetgate global-router: {exc}", file=sys.stderr)
         return 2
-    _setup_logging(args)
+    try:
+        _setup_logging(args)
+    except ValueError as exc:  # e.g. OTEL_TRACES_EXPORTER=otlp without the exporter installed
+        print(f"fleetgate global-router: {exc}", file=sys.stderr)
+        return 2
     logging.getLogger("httpx").setLevel(logging.WARNING)
     return runloop.run(_serve(cfg, args))

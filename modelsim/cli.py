@@ -11,6 +11,7 @@ import sys
 import msgspec
 
 from common.config.loader import ConfigError, load_config
+from common.listen_error import ListenError
 from modelsim.faults import MODES, FaultError
 from modelsim.fleet import PodSpec, SimFleet
 from modelsim.profiles import PROFILES
@@ -204,6 +205,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         asyncio.run(_serve(fleet))
     except OSError as exc:
-        print(f"fleetgate sim: cannot listen: {exc}", file=sys.stderr)
+        reason = exc if isinstance(exc, ListenError) else f"cannot listen: {exc}"
+        print(f"fleetgate sim: {reason}", file=sys.stderr)
         return 1
     return 0

@@ -49,6 +49,7 @@ from global_router.metrics import (
 from global_router.model_listing import model_entries
 from global_router.ratelimit import Admission, RateLimiter, reservation_tokens
 from global_router.readiness import Readiness
+from global_router.request_totals import request_totals
 from global_router.selection import Candidate, ClusterSelector, SelectionRequest
 from global_router.status_access import StatusAccess, redact
 from global_router.status_page import render_status
@@ -327,6 +328,7 @@ def build_app(s: RouterServices) -> Litestar:
             rates=s.rates,
             budget=s.budget,
             router={"region": s.cfg.region, "rate_limiter": s.limiter.mode, **s.router_info()},
+            totals=request_totals(s.metrics.requests, s.metrics.ratelimit),
         )
 
     status_access = StatusAccess(s.cfg)

@@ -6,40 +6,18 @@ Set FLEETGATE_SCREENSHOT_DIR to keep the PNG (`status_page_1280.png`) and look a
 
 from __future__ import annotations
 
-import html as html_lib
-import json
 import os
-import re
-import shutil
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from global_router.fleet_view import ClusterState, ModelCapacity
+from tests.browser_layout import CHROMIUM, measure, screenshot
 from tests.global_router.fleet_fixtures import MODEL
 from tests.global_router.router_harness import ADMIN_KEY, harness
 
-CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 WIDTH = 1280
-
-# Runs in the page after layout; the page itself has no scripts.
-_MEASURE = """
-<script>
-window.addEventListener('load', () => {
-  const cells = [...document.querySelectorAll('td')];  // headers break lines on purpose (<br>)
-  const wrapped = cells.filter(c => {
-    const lh = parseFloat(getComputedStyle(c).lineHeight) || 18;
-    const pad = parseFloat(getComputedStyle(c).paddingTop) + parseFloat(getComputedStyle(c).paddingBottom);
-    return c.clientHeight - pad > lh * 1.5;
-  }).map(c => c.textContent.trim().slice(0, 40));
-  const right = Math.max(...[...document.querySelectorAll('table, p, h1')].map(e => e.getBoundingClientRect().right));
-  document.body.insertAdjacentHTML('beforeend',
-    '<pre id="measured">' + JSON.stringify({wrapped, right, scrollWidth: document.documentElement.scrollWidth}) + '</pre>');
-});
-</script>
-"""
 
 
 def _cluster(cid: str, region: str, *, models: dict[str, ModelCapacity], **kw: object) -> ClusterState:
@@ -59,15 +37,6 @@ def _model(name: str, *, resident: set[str], loadable: set[str], **kw: object) -
     )  # fmt: skip
     base.update(kw)
     return ModelCapacity(**base)  # type: ignore[arg-type]
-
-
-def _chromium(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    assert CHROMIUM is not None
-    return subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-         f"--window-size={WIDTH},1000", "--virtual-time-budget=1500", *args],
-        capture_output=True, text=True, timeout=120, cwd=cwd,
-    )  # fmt: skip
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (Debian: apt-get install chromium)")
@@ -125,20 +94,12 @@ async def test_status_page_fits_1280_px_without_wrapping_and_explains_its_units(
     assert "<b>sql-lora</b>" in page and "translate-lora" in page  # resident bold, loadable plain
     assert "draining (operator)" in page and ">stale<" in page
 
-    html = tmp_path / "status.html"
-    html.write_text(page.replace('<meta http-equiv="refresh" content="2">', ""))
     shot = Path(os.environ.get("FLEETGATE_SCREENSHOT_DIR", tmp_path)) / "status_page_1280.png"
-    _chromium([f"--screenshot={shot}", html.as_uri()], tmp_path)
+    screenshot(page, shot, width=WIDTH, workdir=tmp_path)
     assert shot.exists() and shot.stat().st_size > 10_000
-    html.write_text(
-        page.replace('<meta http-equiv="refresh" content="2">', "").replace("</body>", _MEASURE + "</body>")
-    )
-    dom = _chromium(["--dump-dom", html.as_uri()], tmp_path)
-    found = re.findall(r'<pre id="measured">(\{.*?\})</pre>', dom.stdout)  # the script's output, not its text
-    assert found, dom.stderr[-2000:]
-    measured = json.loads(html_lib.unescape(found[-1]))
-    assert measured["wrapped"] == [], measured
-    assert measured["right"] <= WIDTH and measured["scrollWidth"] <= WIDTH, measured
+    layout = measure(page, width=WIDTH, workdir=tmp_path)
+    assert layout.wrapped == [], layout
+    assert layout.right <= WIDTH and layout.scroll_width <= WIDTH, layout
 
 
 def _with_url(c: ClusterState, url: str) -> ClusterState:

@@ -7,11 +7,21 @@ It stays an `OSError` with `errno`/`strerror`, so callers that test those keep w
 
 from __future__ import annotations
 
+import errno
+
 
 class ListenError(OSError):
     def __init__(self, host: str, port: int, cause: OSError) -> None:
         super().__init__(cause.errno, cause.strerror or str(cause))
         self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    @classmethod
+    def grpc(cls, host: str, port: int, what: str, *, tls: bool = False) -> ListenError:
+        """grpc reports a failed bind as a RuntimeError with no errno or reason."""
+        reason = f"the {what} could not bind it (port in use" + (
+            ", or a TLS key and cert that do not match)" if tls else ")"
+        )
+        return cls(host, port, OSError(errno.EADDRINUSE, reason))
 
     def __str__(self) -> str:
         reason = (self.strerror or "").strip() or "unknown error"

@@ -54,6 +54,29 @@ def test_global_router_on_a_taken_port(taken_port: int, tmp_path: Path) -> None:
     _one_line_naming(out, "global-router", taken_port)
 
 
+def test_grpc_ports_name_themselves_too(taken_port: int, tmp_path: Path) -> None:
+    """gRPC says only "Failed to bind": the line still names the address and which server it was."""
+    out = _run(
+        "gateway", "--pods", "http://127.0.0.1:9", "--host", "127.0.0.1", "--port", "0",
+        "--extproc-port", str(taken_port), "--workers", "1",
+    )  # fmt: skip
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip().splitlines()[-1] == (
+        f"fleetgate gateway: cannot listen on 127.0.0.1:{taken_port}: "
+        "the ext_proc gRPC server could not bind it (port in use)"
+    )
+    cfg = tmp_path / "router.yaml"
+    cfg.write_text(
+        f"host: 127.0.0.1\ncapacity: {{host: 127.0.0.1}}\ntenants:\n  - name: a\n    apiKeySha256: [{hash_key('sk-x')}]\n"
+    )
+    out = _run("global-router", "--config", str(cfg), "--port", "0", "--grpc-port", str(taken_port))
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip().splitlines()[-1] == (
+        f"fleetgate global-router: cannot listen on 127.0.0.1:{taken_port}: "
+        "the capacity gRPC server could not bind it (port in use)"
+    )
+
+
 def test_sim_on_a_taken_port(taken_port: int) -> None:
     out = _run("sim", "--pods", "1", "--profile", "tiny", "--base-port", str(taken_port))
     _one_line_naming(out, "sim", taken_port)

@@ -33,6 +33,7 @@ class _Collector(trace_service_pb2_grpc.TraceServiceServicer):
 
 
 def test_spans_reach_the_otlp_endpoint_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    setup_tracing("tests", exporter="none")  # whichever comes first is global: keep that one silent
     collector = _Collector()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(collector, server)

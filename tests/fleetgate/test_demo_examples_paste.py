@@ -9,8 +9,10 @@ import re
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from fleetgate.demo import EXAMPLES_END, EXAMPLES_START
@@ -32,6 +34,21 @@ def _printed_block(demo: DemoProcess) -> list[str]:
     return block
 
 
+def _wait_every_cluster_ready(url: str, admin_key: str, within_s: float = 60.0) -> None:
+    """The demo prints once every pod reported ready; on a loaded machine a report may lag, and a
+    user pastes seconds later: wait, on the router's own view, until every cluster is fresh."""
+    deadline = time.monotonic() + within_s
+    while True:
+        doc = httpx.get(f"{url}/fleet", headers={"authorization": f"Bearer {admin_key}"}, timeout=10).json()
+        if doc["clusters"] and all(
+            c["fresh"] and all(m["ready_pods"] > 0 for m in c["models"].values()) and c["models"]
+            for c in doc["clusters"]
+        ):
+            return
+        assert time.monotonic() < deadline, doc
+        time.sleep(0.2)
+
+
 def test_the_printed_examples_run_in_a_clean_shell(tmp_path: Path) -> None:
     demo = DemoProcess("--no-live", "--port", "0", "--duration", "150", tmp=tmp_path)
     try:
@@ -39,6 +56,8 @@ def test_the_printed_examples_run_in_a_clean_shell(tmp_path: Path) -> None:
         endpoint = ENDPOINT_LINE.match(first)
         assert endpoint, first
         block = _printed_block(demo)
+        admin = next(ln.split()[2] for ln in demo.seen if ln.startswith("admin key: "))
+        _wait_every_cluster_ready(endpoint.group(1), admin)
         script = "\n".join(block) + "\n"
         assert not re.search(r"^\s+EOF$", script, re.M), "an indented heredoc terminator does not paste"
         env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8"}

@@ -252,13 +252,18 @@ class Demo:
         await self._wait_fleet_ready()
 
     def _ready_counts(self) -> dict[str, int]:
-        """Ready pods per cluster with a fresh report, as the router sees them."""
+        """Ready pods per cluster with a fresh report listing its adapters, as the router sees them.
+
+        A pod's adapters reach the report once the gateway has read its `/v1/models`, a moment after
+        its metrics: until then an adapter example pasted from the header would get a 404.
+        """
         assert self.router is not None
+        want = {c.cluster_id: {a for p in c.pods for a in p.adapters} for c in self.fleet}
         out: dict[str, int] = {}
         for c in self.router.fleet.snapshot():
             m = c.models.get(BASE_MODEL)
             if self.router.selector.is_fresh(c) and m is not None:
-                out[c.cluster_id] = m.ready_pods
+                out[c.cluster_id] = m.ready_pods if want.get(c.cluster_id, set()) <= m.adapters else 0
         return out
 
     async def _wait_fleet_ready(self) -> None:

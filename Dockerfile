@@ -18,7 +18,7 @@ COPY global_router ./global_router
 COPY modelsim ./modelsim
 COPY bench ./bench
 COPY fleetgate ./fleetgate
-RUN /opt/fleetgate/bin/pip install . \
+RUN /opt/fleetgate/bin/pip install ".[otlp]" \
  && /opt/fleetgate/bin/fleetgate --help >/dev/null
 
 FROM ${BASE_IMAGE} AS runtime

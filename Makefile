@@ -3,9 +3,18 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test test-loaded lint typecheck unit install sysdeps clean
+.PHONY: demo test test-loaded lint typecheck unit install install-demo sysdeps clean
 
+## The demo needs only the runtime dependencies (and the OpenAI SDK its printed snippet uses).
+$(DEMO_STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[demo]'
+	touch $(DEMO_STAMP)
+
+## Tests, linters and benchmarks: the dev and bench extras on top.
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
@@ -14,14 +23,17 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+install-demo: $(DEMO_STAMP)
+
 ## Things the tests start for real: redis-server (and hyperfine/wrk for benches) from Debian.
 sysdeps:
 	@command -v redis-server >/dev/null 2>&1 || { \
 	  echo "installing redis-server (Debian package)"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server) >/dev/null; }
 
-demo: install
-	$(BIN)/fleetgate demo
+## Extra options go in DEMO_ARGS, e.g. `make demo DEMO_ARGS="--load --duration 60"`.
+demo: install-demo
+	$(BIN)/fleetgate demo $(DEMO_ARGS)
 
 lint: install
 	$(BIN)/ruff check .

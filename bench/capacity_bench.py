@@ -6,7 +6,7 @@
    percentiles, with the in-process fleet view and (if redis-server is installed) the Redis one.
 3. Redis fleet view: delay from `publish` on one replica until another replica's cache has it.
 
-    python -m bench.capacity_bench [--quick]
+    fleetgate bench capacity [--quick]
 """
 
 from __future__ import annotations
@@ -222,7 +222,7 @@ async def amain(quick: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.capacity_bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="fleetgate bench capacity", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="shorter runs")
     args = parser.parse_args(argv)
     asyncio.run(amain(args.quick))

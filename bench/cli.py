@@ -62,7 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     lines = [f"  {n:<13} {s.about}" for n, s in SCENARIOS.items()]
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = "scenarios:\n" + "\n".join(lines)
-    parser.add_argument("scenario", choices=sorted(SCENARIOS), metavar="SCENARIO")
+    parser.add_argument(
+        "scenario", choices=sorted(SCENARIOS), metavar="SCENARIO", help="which benchmark (listed below)"
+    )
     parser.add_argument("--quick", action="store_true", help="a shorter run that still shows the effect")
     parser.add_argument("rest", nargs=argparse.REMAINDER, help="options passed to the scenario")
 

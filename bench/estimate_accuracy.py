@@ -296,7 +296,7 @@ def note(args: argparse.Namespace) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.estimate_accuracy", description=__doc__)
+    ap = argparse.ArgumentParser(prog="fleetgate bench estimate", description=__doc__)
     ap.add_argument("--quick", action="store_true", help="two rates, shorter windows (~2.5 min)")
     ap.add_argument("--rates", default="0.5,1.5,2.5,3.5", help="offered req/s, comma-separated")
     ap.add_argument(
@@ -307,8 +307,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "requests' cold-prefix prefills have left it)",
     )
     ap.add_argument("--measure", type=float, default=60.0, help="seconds measured per rate")
-    ap.add_argument("--profile", default="l4-llama3-8b")
-    ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument(
+        "--profile", default="l4-llama3-8b", help="simulator profile of the pod (default l4-llama3-8b)"
+    )
+    ap.add_argument("--seed", type=int, default=11, help="seed of the pod and the load (default 11)")
     ap.add_argument("--out", type=Path, help="markdown table (default bench/results/estimate[_quick].md)")
     args = ap.parse_args(argv)
     if args.quick:

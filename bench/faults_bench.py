@@ -329,13 +329,13 @@ async def run(args: argparse.Namespace) -> list[RowResult]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.faults_bench", description=__doc__)
+    ap = argparse.ArgumentParser(prog="fleetgate bench faults", description=__doc__)
     ap.add_argument("--quick", action="store_true", help="9 s per run, 22 runs (~4 min)")
     ap.add_argument("--duration", type=float, default=30.0, help="seconds of load per run")
-    ap.add_argument("--fault-at", type=float, default=3.0)
-    ap.add_argument("--clear-at", type=float, default=18.0)
-    ap.add_argument("--concurrency", type=int, default=8)
-    ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--fault-at", type=float, default=3.0, help="seconds into a run when the fault starts")
+    ap.add_argument("--clear-at", type=float, default=18.0, help="seconds into a run when it is cleared")
+    ap.add_argument("--concurrency", type=int, default=8, help="concurrent clients (default 8)")
+    ap.add_argument("--max-tokens", type=int, default=16, help="max_tokens of each request (default 16)")
     ap.add_argument("--rows", nargs="*", default=[], help="only rows whose name contains one of these")
     ap.add_argument("--out", type=Path, help="markdown table (default bench/results/faults[_quick].md)")
     args = ap.parse_args(argv)

@@ -1,4 +1,4 @@
-"""What the global router costs and what it buys: `python -m bench.global_bench [--quick] [--section S]`.
+"""What the global router costs and what it buys: `fleetgate bench global [--quick] [--section S]`.
 
 Every server is a separate process, as in production (`fleetgate sim`, `fleetgate gateway` with its
 capacity agent, `fleetgate global-router`); this process is only the client. Sections:
@@ -540,9 +540,11 @@ def table(rows: Sequence[Row]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.global_bench", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="fleetgate bench global", description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer requests, shorter runs")
-    ap.add_argument("--section", choices=[*SECTIONS, "all"], default="all")
+    ap.add_argument(
+        "--section", choices=[*SECTIONS, "all"], default="all", help="run one section only (default all)"
+    )
     report.add_output_options(ap, "global", "plots go next to it as <stem>_*.png")
     args = ap.parse_args(argv)
     names = list(SECTIONS) if args.section == "all" else [args.section]

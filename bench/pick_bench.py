@@ -150,12 +150,12 @@ def table(rows: Sequence[Row]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.pick_bench", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="fleetgate bench pick", description=__doc__.splitlines()[0])
     ap.add_argument("--pods", default="10,100,1000", help="comma-separated pool sizes")
     ap.add_argument("--decisions", type=int, default=3000, help="schedule() calls per pool size")
     ap.add_argument("--profiles", default="latency,reference", help="comma-separated profile names")
     ap.add_argument("--quick", action="store_true", help="fewer decisions (CI smoke run)")
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=1, help="seed of the generated pools (default 1)")
     args = ap.parse_args(argv)
     decisions = 300 if args.quick else args.decisions
     rows = [

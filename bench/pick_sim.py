@@ -249,16 +249,20 @@ def run(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.pick_sim", description=__doc__.splitlines()[0])
-    ap.add_argument("--pods", type=int, default=8)
-    ap.add_argument("--seconds", type=float, default=60.0)
+    ap = argparse.ArgumentParser(prog="fleetgate bench pick-sim", description=__doc__.splitlines()[0])
+    ap.add_argument("--pods", type=int, default=8, help="simulated pods (default 8)")
+    ap.add_argument("--seconds", type=float, default=60.0, help="simulated seconds of trace (default 60)")
     ap.add_argument(
         "--rate", type=float, default=40.0, help="background requests/s (bursts add as many again every 2 s)"
     )
-    ap.add_argument("--profiles", default="latency,reference,least-inflight,round-robin")
+    ap.add_argument(
+        "--profiles",
+        default="latency,reference,least-inflight,round-robin",
+        help="comma-separated routing profiles to compare",
+    )
     ap.add_argument("--adapter-share", type=float, default=0.2, help="share of requests for LoRA adapters")
     ap.add_argument("--replicas", type=int, default=1, help="gateway replicas sharing the pods")
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=1, help="seed of the trace (default 1)")
     args = ap.parse_args(argv)
     print("| profile | requests | TTFT p50 ms | p90 ms | p99 ms | mean ms |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")

@@ -350,10 +350,12 @@ def scrape_table(rows: list[tuple[str, float, float]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap = argparse.ArgumentParser(
+        prog="fleetgate bench promtext", description=__doc__.splitlines()[0] if __doc__ else None
+    )
     ap.add_argument("--engines", type=int, default=2, help="data-parallel engines in the large body")
     ap.add_argument("--models", type=int, default=2, help="served model names in the large body")
-    ap.add_argument("--rounds", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=2000, help="parses to time (default 2000)")
     ap.add_argument("--pods", type=int, default=20, help="pods scraped in the whole-scrape table (0: skip)")
     ap.add_argument("--seconds", type=float, default=3.0, help="measured seconds per client")
     ap.add_argument("--quick", action="store_true", help="fewer rounds and a 1 s scrape measurement")

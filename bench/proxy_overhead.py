@@ -1,4 +1,4 @@
-"""What the cluster gateway adds on the request path: `python -m bench.proxy_overhead [--quick]`.
+"""What the cluster gateway adds on the request path: `fleetgate bench overhead [--quick]`.
 
 Pods (`fleetgate sim`, tiny profile with a small time scale, so model time is negligible) and the
 gateway (`fleetgate gateway`) run as separate processes, like in production; this process is only
@@ -451,7 +451,7 @@ async def run(quick: bool, samples: Samples | None = None) -> list[Row]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.proxy_overhead", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="fleetgate bench overhead", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer requests and shorter load (CI smoke)")
     report.add_output_options(ap, "overhead", "the plot goes next to it as <stem>_latency.png")
     args = ap.parse_args(argv)

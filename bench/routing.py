@@ -472,12 +472,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--peers", action="store_true", help="install sglang-router and vllm-router into .venv-peers"
     )
-    ap.add_argument("--pods", type=int, default=8)
+    ap.add_argument("--pods", type=int, default=8, help="simulated L4 pods (default 8)")
     ap.add_argument("--duration", type=float, help="trace length in seconds")
     ap.add_argument("--rps", type=float, help="base arrival rate")
-    ap.add_argument("--time-scale", type=float, default=1.0)
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--out", default=str(RESULTS_DIR))
+    ap.add_argument(
+        "--time-scale", type=float, default=1.0, help=">1 slows every simulated GPU duration (small machines)"
+    )
+    ap.add_argument("--seed", type=int, default=7, help="seed of the trace and the pods (default 7)")
+    ap.add_argument("--out", default=str(RESULTS_DIR), help="directory for the table, plots and logs")
     args = ap.parse_args(argv)
 
     if args.peers:

@@ -1,4 +1,4 @@
-"""Validate the simulator against its own hardware profile: `python -m bench.sim_validate [--quick]`.
+"""Validate the simulator against its own hardware profile: `fleetgate bench sim-validate [--quick]`.
 
 Starts one simulated pod in a separate process (`fleetgate sim`), drives it with closed-loop
 streaming clients at several concurrencies, and prints measured output throughput, TTFT and
@@ -219,15 +219,17 @@ async def main_async(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.sim_validate", description=__doc__)
+    ap = argparse.ArgumentParser(prog="fleetgate bench sim-validate", description=__doc__)
     ap.add_argument("--quick", action="store_true", help="three short levels (~10 s in all)")
-    ap.add_argument("--profile", default="h100-llama3-8b")
+    ap.add_argument("--profile", default="h100-llama3-8b", help="simulator profile to check")
     ap.add_argument("--pods", type=int, default=1, help="pods in the simulator process (CPU budget check)")
-    ap.add_argument("--time-scale", type=float, default=1.0)
-    ap.add_argument("--concurrency", default="1,4,16,64")
+    ap.add_argument("--time-scale", type=float, default=1.0, help=">1 slows every simulated duration")
+    ap.add_argument(
+        "--concurrency", default="1,4,16,64", help="comma-separated concurrent streams to measure"
+    )
     ap.add_argument("--duration", type=float, default=8.0, help="seconds per load level")
-    ap.add_argument("--prompt-tokens", type=int, default=512)
-    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--prompt-tokens", type=int, default=512, help="prompt length in tokens (default 512)")
+    ap.add_argument("--max-tokens", type=int, default=128, help="tokens generated per request (default 128)")
     args = ap.parse_args(argv)
     if args.quick:
         args.concurrency = "1,8,32" if args.concurrency == "1,4,16,64" else args.concurrency

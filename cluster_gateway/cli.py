@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from common import runloop
 from common.config.gateway import GatewaySpec
 from common.config.loader import ConfigError, load_config, load_config_data
+from common.listen_error import ListenError
 from common.worker_processes import resolve_count, workers_arg
 
 if TYPE_CHECKING:
@@ -57,7 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--kubeconfig", help="kubeconfig file for --crd/--status-resource (default: in-cluster)"
     )
     parser.add_argument("--log-level", default="INFO", help="log level (default INFO)")
-    parser.add_argument("--log-format", choices=["json", "text"], default="json")
+    parser.add_argument(
+        "--log-format", choices=["json", "text"], default="json", help="log line format (default json)"
+    )
 
 
 def build_spec(args: argparse.Namespace) -> GatewaySpec:
@@ -109,7 +112,8 @@ async def _serve(spec: GatewaySpec, args: argparse.Namespace) -> int:
     try:
         await gateway.start()
     except OSError as exc:
-        print(f"fleetgate gateway: cannot listen: {exc}", file=sys.stderr)
+        reason = exc if isinstance(exc, ListenError) else f"cannot listen: {exc}"
+        print(f"fleetgate gateway: {reason}", file=sys.stderr)
         return 1
     try:
         await stop.wait()

@@ -22,6 +22,7 @@ from common.config.server import HttpServer
 from common.errors import OpenAIError
 from common.http import Message, Receive, Scope, Send, send_error
 from common.http_server import ConnectionLimits, guarded_protocol
+from common.listen_error import ListenError
 
 log = logging.getLogger("fleetgate.http")
 
@@ -44,9 +45,9 @@ def listen_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.s
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.bind((host, port))
-    except OSError:
+    except OSError as exc:
         sock.close()
-        raise
+        raise ListenError(host, port, exc) from None
     sock.set_inheritable(True)
     return sock
 

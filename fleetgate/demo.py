@@ -13,7 +13,9 @@ import argparse
 import asyncio
 import contextlib
 import errno
+import importlib.util
 import logging
+import shlex
 import signal
 import sys
 import tempfile
@@ -121,32 +123,53 @@ def header(
             f"  {c.cluster_id:<11} {c.region:<9} {c.capacity_type:<9} {f'{c.gpu} x{len(c.pods)}':<8} "
             f"${c.cost_per_gpu_hour:.2f}/GPU-h  {'/'.join(engines):<12} gateway {gateways[c.cluster_id]}"
         )
+    lines += ["", *examples(endpoint, keys, gateways[first])]
+    return lines
+
+
+EXAMPLES_START = "# Try these in another shell; the block pastes and runs as printed:"
+EXAMPLES_END = "# (end of examples)"
+
+
+def examples(endpoint: str, keys: DemoSecrets, gateway: str) -> list[str]:
+    """Commands to paste, flush left (a heredoc's `EOF` must start its line) with the real keys in.
+
+    `tests/fleetgate/test_demo_examples_paste.py` runs this block, as printed, in a shell.
+    """
     body = f'{{"model": "{BASE_MODEL}", "messages": [{{"role": "user", "content": "Hello!"}}], "max_tokens": 32}}'
+    lines = [
+        EXAMPLES_START,
+        "",
+        f"curl -si {endpoint}/v1/chat/completions \\",
+        f'  -H "authorization: Bearer {keys.api_key}" -H "content-type: application/json" \\',
+        f"  -d '{body}'; echo",
+        "# the x-fleetgate-cluster response header names the cluster that served it;",
+        '# add -H "x-fleetgate-client-region: ap-south" to be served nearby',
+        "",
+    ]
+    if importlib.util.find_spec("openai") is not None:  # `make demo` installs it (the `demo` extra)
+        lines += [
+            f"{shlex.quote(sys.executable)} - <<'EOF'",
+            "from openai import OpenAI",
+            f'client = OpenAI(base_url="{endpoint}/v1", api_key="{keys.api_key}")',
+            'reply = client.chat.completions.create(model="sql-lora", max_tokens=48,',
+            '    messages=[{"role": "user", "content": "Top 5 customers by revenue"}])',
+            'print("reply:", reply.choices[0].message.content)',
+            "EOF",
+            "",
+        ]
     lines += [
+        f'ADMIN_KEY="{keys.admin_key}"',
+        f'curl -s {endpoint}/fleet -H "authorization: Bearer $ADMIN_KEY"; echo   # the fleet view (JSON)',
+        f"# status page: {endpoint}/  (public view; with the admin key it also shows gateway URLs)",
         "",
-        "try:",
-        f"  curl -si {endpoint}/v1/chat/completions \\",
-        f'    -H "authorization: Bearer {keys.api_key}" -H "content-type: application/json" \\',
-        f"    -d '{body}'",
-        "  # response header x-fleetgate-cluster names the cluster that served it;",
-        '  # add -H "x-fleetgate-client-region: ap-south" to be served nearby',
+        "# straight to a cluster gateway, bypassing the router: refused with 401 (gateways serve only",
+        "# requests the router signed with the cluster's secret; docs/security.md)",
+        f"curl -si {gateway}/v1/chat/completions -H \"content-type: application/json\" -d '{body}'; echo",
         "",
-        "  python - <<'EOF'",
-        "  from openai import OpenAI",
-        f'  client = OpenAI(base_url="{endpoint}/v1", api_key="{keys.api_key}")',
-        '  reply = client.chat.completions.create(model="sql-lora", max_tokens=48,',
-        '      messages=[{"role": "user", "content": "Top 5 customers by revenue"}])',
-        "  print(reply.choices[0].message.content)",
-        "  EOF",
-        "",
-        f'  curl -s {endpoint}/fleet -H "authorization: Bearer {keys.admin_key}"   # the router\'s fleet view (JSON)',
-        f"  status page: {endpoint}/   (public view: without the admin key, no gateway URLs)",
-        "",
-        "  # straight to a cluster gateway, bypassing the router: refused with 401 (gateways serve only",
-        "  # requests the router signed with the cluster's secret; docs/security.md)",
-        f"  curl -si {gateways[first]}/v1/chat/completions -H \"content-type: application/json\" -d '{body}'",
-        f"  curl -s -X POST {endpoint}/admin/clusters/us-east-1/drain "
-        f'-H "authorization: Bearer {keys.admin_key}"   # watch traffic move; -d \'{{"drain": false}}\' undoes it',
+        "# drain a cluster at the router and watch traffic move; -d '{\"drain\": false}' undoes it",
+        f'curl -s -X POST {endpoint}/admin/clusters/us-east-1/drain -H "authorization: Bearer $ADMIN_KEY"; echo',
+        EXAMPLES_END,
         "",
     ]
     return lines
@@ -229,13 +252,18 @@ class Demo:
         await self._wait_fleet_ready()
 
     def _ready_counts(self) -> dict[str, int]:
-        """Ready pods per cluster with a fresh report, as the router sees them."""
+        """Ready pods per cluster with a fresh report listing its adapters, as the router sees them.
+
+        A pod's adapters reach the report once the gateway has read its `/v1/models`, a moment after
+        its metrics: until then an adapter example pasted from the header would get a 404.
+        """
         assert self.router is not None
+        want = {c.cluster_id: {a for p in c.pods for a in p.adapters} for c in self.fleet}
         out: dict[str, int] = {}
         for c in self.router.fleet.snapshot():
             m = c.models.get(BASE_MODEL)
             if self.router.selector.is_fresh(c) and m is not None:
-                out[c.cluster_id] = m.ready_pods
+                out[c.cluster_id] = m.ready_pods if want.get(c.cluster_id, set()) <= m.adapters else 0
         return out
 
     async def _wait_fleet_ready(self) -> None:

@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import shlex
 import shutil
 import signal
 import sys
@@ -64,11 +65,11 @@ def header(endpoint: str, bed: Testbed) -> list[str]:
         )
     body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 16})
     lines += [
-        "try (pick the client's region with x-fleetgate-client-region):",
-        f"  curl -s {endpoint}/v1/chat/completions -H 'authorization: Bearer {bed.api_key}' \\",
-        f"    -H 'content-type: application/json' -H 'x-fleetgate-client-region: eu-west' -d '{body}' -i",
-        f"cut a region's agent off the routers (JSON lines on the relay's control socket {bed.sockdir}/relay.sock):",
-        f"  python -c \"from common.wanrelay import ControlClient as C; C('{bed.sockdir}/relay.sock')"
+        "# try (pick the client's region with x-fleetgate-client-region); each line pastes as printed:",
+        f"curl -si {endpoint}/v1/chat/completions -H 'authorization: Bearer {bed.api_key}' \\",
+        f"  -H 'content-type: application/json' -H 'x-fleetgate-client-region: eu-west' -d '{body}'; echo",
+        f"# cut a region's agent off the routers (JSON lines on the relay's control socket {bed.sockdir}/relay.sock):",
+        f"{shlex.quote(sys.executable)} -c \"from common.wanrelay import ControlClient as C; C('{bed.sockdir}/relay.sock')"
         ".call('set', name='agent:eu-west-1', partition='full')\"",
     ]
     return lines

@@ -47,9 +47,11 @@ from global_router.metrics import (
     RateMeter,
     RouterMetrics,
 )
+from global_router.model_listing import model_entries
 from global_router.ratelimit import Admission, RateLimiter, reservation_tokens
 from global_router.readiness import Readiness
-from global_router.selection import Candidate, ClusterSelector, SelectionRequest, served_models
+from global_router.request_totals import request_totals
+from global_router.selection import Candidate, ClusterSelector, SelectionRequest
 from global_router.status_access import StatusAccess, redact
 from global_router.status_page import render_status
 from global_router.tenants import TenantDirectory, check_admin
@@ -264,15 +266,8 @@ def build_app(s: RouterServices) -> Litestar:
         """Models of routable (fresh or stale) clusters this tenant may use, in OpenAI's shape."""
         tenant = s.tenants.authenticate(request.headers.get("authorization"))
         now = time.time()
-        owners: dict[str, float] = {}
-        for c in s.fleet.snapshot():
-            if s.selector.is_known(c, now):
-                for m in served_models(c):
-                    owners.setdefault(m, c.received_at)
-        names = s.tenants.visible_models(tenant, sorted(owners))
-        return {
-            m: {"id": m, "object": "model", "created": int(owners[m]), "owned_by": "fleetgate"} for m in names
-        }
+        entries = model_entries(c for c in s.fleet.snapshot() if s.selector.is_known(c, now))
+        return {m: entries[m] for m in s.tenants.visible_models(tenant, list(entries))}
 
     @get("/v1/models", sync_to_thread=False)
     def list_models(request: Request[Any, Any, Any]) -> Response[bytes]:
@@ -310,6 +305,7 @@ def build_app(s: RouterServices) -> Litestar:
             rates=s.rates,
             budget=s.budget,
             router={"region": s.cfg.region, "rate_limiter": s.limiter.mode, **s.router_info()},
+            totals=request_totals(s.metrics.requests, s.metrics.ratelimit),
         )
 
     status_access = StatusAccess(s.cfg)

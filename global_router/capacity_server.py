@@ -25,6 +25,7 @@ from prometheus_client import Counter as PromCounter
 
 from common.config.loader import ConfigError
 from common.config.router import CapacityServer as CapacityServerConfig
+from common.listen_error import ListenError
 from common.proto.fleetgate.v1 import capacity_pb2, capacity_pb2_grpc
 from common.tls import server_credentials
 from global_router.agent_auth import AgentAuthenticator, AuthError
@@ -269,8 +270,10 @@ class CapacityServer:
             creds = server_credentials("capacity", self.cfg.tls_cert_file, self.cfg.tls_key_file)
         try:
             port = server.add_secure_port(address, creds) if creds else server.add_insecure_port(address)
-        except RuntimeError as exc:  # grpc reports a port in use (or a key/cert mismatch) this way
-            raise OSError(f"capacity server: cannot listen on {address}: {exc}") from None
+        except RuntimeError:  # grpc reports a port in use (or a key/cert mismatch) this way
+            raise ListenError.grpc(
+                self.cfg.host, self.cfg.port, "capacity gRPC server", tls=creds is not None
+            ) from None
         if port == 0:
             raise OSError(f"capacity server: cannot listen on {address}")
         await server.start()

@@ -13,6 +13,7 @@ import msgspec
 from common import runloop
 from common.config.loader import ConfigError, load_config
 from common.config.router import GlobalRouterConfig
+from common.listen_error import ListenError
 from common.worker_processes import resolve_count, workers_arg
 from global_router.tenants import hash_key
 
@@ -42,7 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "configured, else 1 (workers share the fleet view and limits through Redis)",
     )
     parser.add_argument("--log-level", default="INFO", help="log level (default INFO)")
-    parser.add_argument("--log-format", choices=["json", "text"], default="json")
+    parser.add_argument(
+        "--log-format", choices=["json", "text"], default="json", help="log line format (default json)"
+    )
 
 
 def build_config(args: argparse.Namespace) -> GlobalRouterConfig:
@@ -83,7 +86,8 @@ async def _serve(cfg: GlobalRouterConfig, args: argparse.Namespace) -> int:
         print(f"fleetgate global-router: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"fleetgate global-router: cannot listen: {exc}", file=sys.stderr)
+        reason = exc if isinstance(exc, ListenError) else f"cannot listen: {exc}"
+        print(f"fleetgate global-router: {reason}", file=sys.stderr)
         return 1
     try:
         await stop.wait()
@@ -119,6 +123,10 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"fleetgate global-router: {exc}", file=sys.stderr)
         return 2
-    _setup_logging(args)
+    try:
+        _setup_logging(args)
+    except ValueError as exc:  # e.g. OTEL_TRACES_EXPORTER=otlp without the exporter installed
+        print(f"fleetgate global-router: {exc}", file=sys.stderr)
+        return 2
     logging.getLogger("httpx").setLevel(logging.WARNING)
     return runloop.run(_serve(cfg, args))

@@ -9,6 +9,7 @@ from global_router.dispatch_tracker import DispatchTracker
 from global_router.failover import ClusterHealth, RetryBudget
 from global_router.fleet_view import ClusterState
 from global_router.metrics import RateMeter
+from global_router.request_totals import RequestTotals
 
 
 def fleet_report(
@@ -20,9 +21,12 @@ def fleet_report(
     rates: RateMeter,
     budget: RetryBudget,
     router: dict[str, Any],
+    totals: RequestTotals | None = None,
     now: float | None = None,
 ) -> dict[str, Any]:
+    """`totals` (the router's request counters) adds per-cluster and router-wide outcome counts."""
     now = time.time() if now is None else now
+    totals = totals if totals is not None else RequestTotals()
     out: list[dict[str, Any]] = []
     regions: dict[str, list[str]] = {}
     for c in sorted(clusters, key=lambda c: (c.region, c.cluster_id)):
@@ -48,6 +52,7 @@ def fleet_report(
                 "dispatched_since_report": tracker.dispatched_since(c.cluster_id, c.seq),
                 "requests_total": tracker.total(c.cluster_id),
                 "rate_rps": round(rates.rate(c.cluster_id), 2),
+                "outcomes": totals.cluster(c.cluster_id),
                 "models": {
                     name: {
                         "ready_pods": m.ready_pods,
@@ -60,13 +65,20 @@ def fleet_report(
                         "tokens_per_s": round(m.tokens_per_s, 1),
                         "gpu_tokens_per_s": round(m.gpu_tokens_per_s, 1),
                         "adapters": sorted(m.adapters),
+                        "adapters_resident": sorted(m.adapters_resident),
                     }
                     for name, m in sorted(c.models.items())
                 },
             }
         )
     return {
-        "router": {**router, "retry_budget_available": round(budget.available(), 1)},
+        "router": {
+            **router,
+            "retry_budget_available": round(budget.available(), 1),
+            "retry_budget_window_s": budget.window_s,
+            "rate_window_s": rates.window_s,
+            "totals": totals.router(),
+        },
         "clusters": out,
         "regions": regions,
         "generated_at": now,

@@ -11,6 +11,7 @@ import sys
 import msgspec
 
 from common.config.loader import ConfigError, load_config
+from common.listen_error import ListenError
 from modelsim.faults import MODES, FaultError
 from modelsim.fleet import PodSpec, SimFleet
 from modelsim.profiles import PROFILES
@@ -48,17 +49,39 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--base-port", type=int, default=8000, help="pod i listens on base-port + i (0: ephemeral)"
     )
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--profile", default="h100-llama3-8b", choices=sorted(PROFILES))
-    p.add_argument("--model", default="meta-llama/Llama-3.1-8B-Instruct")
+    p.add_argument("--host", default="127.0.0.1", help="bind address of every pod (default 127.0.0.1)")
+    p.add_argument(
+        "--profile",
+        default="h100-llama3-8b",
+        choices=sorted(PROFILES),
+        help="GPU + model timing profile of every pod (default h100-llama3-8b)",
+    )
+    p.add_argument(
+        "--model", default="meta-llama/Llama-3.1-8B-Instruct", help="base model name the pods serve"
+    )
     p.add_argument("--adapters", default="", help="comma-separated LoRA adapter names every pod knows")
     p.add_argument("--preload", default="", help="comma-separated adapters resident at start")
-    p.add_argument("--max-lora", type=int, default=4)
-    p.add_argument("--metrics-format", default="vllm", choices=["vllm", "sglang", "tgi"])
+    p.add_argument("--max-lora", type=int, default=4, help="LoRA adapter slots per pod (default 4)")
+    p.add_argument(
+        "--metrics-format",
+        default="vllm",
+        choices=["vllm", "sglang", "tgi"],
+        help="which engine's /metrics the pods export (default vllm)",
+    )
     p.add_argument("--seed", type=int, default=0, help="pod i uses seed + i")
     p.add_argument("--time-scale", type=float, default=1.0, help=">1 slows every duration uniformly")
-    p.add_argument("--kv-capacity-tokens", type=int, default=None)
-    p.add_argument("--max-num-seqs", type=int, default=None)
+    p.add_argument(
+        "--kv-capacity-tokens",
+        type=int,
+        default=None,
+        help="KV cache size in tokens (default: the profile's)",
+    )
+    p.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=None,
+        help="max running sequences per pod (default: the profile's)",
+    )
     p.add_argument(
         "--pod-spec", default=None, help="YAML file: {pods: [{profile, model, adapters, replicas,...}]}"
     )
@@ -69,7 +92,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="I:MODE[:k=v,...]",
         help=f"start pod I with a fault ({'|'.join(MODES)}), e.g. 0:error:rate=0.3,status=503; repeatable",
     )
-    p.add_argument("--log-level", default="info")
+    p.add_argument("--log-level", default="info", help="log level (default info)")
 
 
 def _csv(s: str) -> list[str]:
@@ -182,6 +205,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         asyncio.run(_serve(fleet))
     except OSError as exc:
-        print(f"fleetgate sim: cannot listen: {exc}", file=sys.stderr)
+        reason = exc if isinstance(exc, ListenError) else f"cannot listen: {exc}"
+        print(f"fleetgate sim: {reason}", file=sys.stderr)
         return 1
     return 0

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
+from common.listen_error import ListenError
 from modelsim.app import SimApp
 from modelsim.engine import Engine
 from modelsim.faults import FaultState
@@ -30,9 +31,9 @@ def _listen_socket(host: str, port: int) -> socket.socket:
     try:
         sock.bind((host, port))
         sock.listen(2048)
-    except OSError:
+    except OSError as exc:
         sock.close()
-        raise
+        raise ListenError(host, port, exc) from None
     sock.setblocking(False)
     return sock
 

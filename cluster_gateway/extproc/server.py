@@ -33,6 +33,7 @@ from cluster_gateway.request_path.models_list import models_listing
 from cluster_gateway.request_path.outliers import OutlierDetector
 from common.config.gateway import ExtProc, GatewayAuth, OutlierDetection
 from common.errors import OpenAIError, bad_request
+from common.listen_error import ListenError
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, MAX_JSON_DEPTH, parse_request
 from common.telemetry import extract_context
 
@@ -274,7 +275,10 @@ class ExtProcServer:
         health_pb2_grpc.add_HealthServicer_to_server(hs, server)
         address = f"{host}:{port}"
         creds = self.credentials
-        self.port = server.add_secure_port(address, creds) if creds else server.add_insecure_port(address)
+        try:
+            self.port = server.add_secure_port(address, creds) if creds else server.add_insecure_port(address)
+        except RuntimeError:
+            raise ListenError.grpc(host, port, "ext_proc gRPC server", tls=creds is not None) from None
         if self.port == 0:
             raise OSError(f"cannot bind the ext_proc server to {host}:{port}")
         await server.start()

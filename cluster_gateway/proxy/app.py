@@ -23,6 +23,7 @@ from cluster_gateway.request_path.dispatch import Dispatcher
 from cluster_gateway.request_path.headers import client_headers, upstream_request_headers
 from cluster_gateway.request_path.models_list import models_listing
 from cluster_gateway.request_path.readiness import readiness
+from cluster_gateway.request_path.status_page import render_pods
 from common.asgi import ClientGone, ResponseAborted, read_body, run_until_disconnect
 from common.config.gateway import GatewayAuth, Proxy
 from common.errors import OpenAIError
@@ -82,6 +83,7 @@ class ProxyApp:
             ("GET", "/health"): self._health,
             ("GET", "/ready"): self._ready,
             ("GET", "/metrics"): self._metrics,
+            ("GET", "/"): self._status_page,
         }
         self._paths = {p for _, p in self.routes}
 
@@ -199,6 +201,16 @@ class ProxyApp:
             await send_error(send, err)
             return
         await send_json(send, 200, models_listing(self.pool))
+
+    async def _status_page(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Per-pod rows for operators (`request_path/status_page.py`); guarded like `/v1/models`."""
+        try:
+            self.auth.verify_asgi("GET", scope["path"], scope["headers"], b"")
+        except OpenAIError as err:
+            await send_error(send, err)
+            return
+        body = render_pods(self.pool.pods(), time.monotonic()).encode()
+        await send_body(send, 200, body, [(b"content-type", b"text/html; charset=utf-8")])
 
     async def _health(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send_json(send, 200, self._health_body)  # which worker answered: for operators and tests

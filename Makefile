@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test test-loaded lint typecheck unit install install-demo sysdeps clean
+.PHONY: demo test test-loaded test-readme lint typecheck unit install install-demo sysdeps clean
 
 ## The demo needs only the runtime dependencies (and the OpenAI SDK its printed snippet uses).
 $(DEMO_STAMP): pyproject.toml
@@ -50,6 +50,10 @@ test: install sysdeps
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/pytest -q
+
+## The README's commands pasted into a fresh shell on a fresh copy (installs a second venv: minutes).
+test-readme: install
+	FLEETGATE_README_FRESH=1 $(BIN)/pytest -q tests/docs/test_readme_commands_run.py
 
 ## The global-router tests with one CPU hog beside them (they must not race wall-clock windows).
 test-loaded: install sysdeps

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from cluster_gateway.pool import Endpoint, EndpointPool, PodMetrics
 from cluster_gateway.scheduling import LLMRequest, Scheduler
 from cluster_gateway.scheduling.prefix_index import block_hashes
-from common.config.gateway import Scheduling
+from common.config.gateway import Scheduling, TwoStage
 from common.tokens import count_tokens
 
 STEP_S = 0.010
@@ -248,6 +248,13 @@ def run(
     )
 
 
+def _two_stage(spec: str | None) -> TwoStage:
+    if not spec:
+        return TwoStage()
+    min_pods, _, sample = spec.partition(":")
+    return TwoStage(min_pods=int(min_pods), sample=int(sample or TwoStage().sample))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.pick_sim", description=__doc__.splitlines()[0])
     ap.add_argument("--pods", type=int, default=8)
@@ -259,12 +266,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--adapter-share", type=float, default=0.2, help="share of requests for LoRA adapters")
     ap.add_argument("--replicas", type=int, default=1, help="gateway replicas sharing the pods")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--two-stage",
+        default=None,
+        metavar="MIN_PODS:SAMPLE",
+        help="scheduling.twoStage for every profile (e.g. 16:8 to sample a small pool; 0:2 = off)",
+    )
     args = ap.parse_args(argv)
     print("| profile | requests | TTFT p50 ms | p90 ms | p99 ms | mean ms |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for prof in args.profiles.split(","):
+        cfg = Scheduling(default_profile=prof, two_stage=_two_stage(args.two_stage))
         o = run(
-            prof, args.pods, args.seconds, args.rate, args.seed, args.adapter_share, replicas=args.replicas
+            prof,
+            args.pods,
+            args.seconds,
+            args.rate,
+            args.seed,
+            args.adapter_share,
+            scheduling=cfg,
+            replicas=args.replicas,
         )
         print(
             f"| {o.profile} | {o.n} | {o.p50 * 1000:.0f} | {o.p90 * 1000:.0f} | {o.p99 * 1000:.0f} "

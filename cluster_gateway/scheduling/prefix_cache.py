@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import islice
 from typing import Any
 
 from cluster_gateway.pool import PodState
@@ -41,10 +42,17 @@ class PrefixIndexPlugin(PluginBase):
 
     def matches(self, ctx: SchedulingContext) -> dict[str, int]:
         """Matched blocks per pod for this decision's prompt, looked up once per decision."""
-        m: dict[str, int] | None = ctx.memo.get(self._memo_key)
+        m: dict[str, int] | None = ctx.request_memo.get(self._memo_key)
         if m is None:
-            m = ctx.memo[self._memo_key] = self.index.match(self.block_hashes(ctx.request))
+            m = ctx.request_memo[self._memo_key] = self.index.match(self.block_hashes(ctx.request))
         return m
+
+    def nominate(self, ctx: SchedulingContext, limit: int) -> list[str]:
+        """For a two-stage pick: the `limit` pods holding the longest cached prefix of the prompt."""
+        m = self.matches(ctx)
+        if len(m) <= limit:
+            return list(m)
+        return list(islice(reversed(m), limit))  # `match` puts the longest last
 
     def on_dispatch(self, req: LLMRequest, pod: PodState) -> None:
         """From now on that pod likely caches the prompt's blocks."""

@@ -57,7 +57,7 @@ class PrefixIndex:
             lru = self._pod_blocks[pod_name] = OrderedDict()
             self._trim_all()  # every pod's share just shrank
         holders = self._holders
-        for h in hashes:
+        for h in reversed(hashes):  # the head ends most recently used: evicted last
             if h in lru:
                 lru.move_to_end(h)
                 continue
@@ -97,37 +97,52 @@ class PrefixIndex:
             del self._holders[h]
 
     def match(self, hashes: Sequence[int]) -> dict[str, int]:
-        """Longest matched prefix, in blocks, per pod that holds at least the first block."""
+        """Longest matched prefix, in blocks, per pod that holds at least the first block.
+
+        Holders of a chain's blocks are nested: a pod got block i with the blocks before it, and
+        `add` makes a prompt's head its most recently used blocks, so eviction takes the tail first
+        (as vLLM's block pool does) and a pod holding block i still holds every block before it. So
+        the walk only does set work where the holder set shrinks; once one pod is left, it walks that
+        pod's own LRU. The answer is in nondecreasing order of match length: the longest come last
+        (`reversed()` gives the best pods first without sorting)."""
         if not hashes:
             return {}
         holders = self._holders
         first = holders.get(hashes[0])
         if first is None:
             return {}
+        n = len(hashes)
         if isinstance(first, str):  # one holder: walk its own LRU, no set algebra
-            lru = self._pod_blocks[first]
-            n = 1
-            while n < len(hashes) and hashes[n] in lru:
-                n += 1
-            return {first: n}
+            return {first: self._walk(first, hashes, 1)}
         result: dict[str, int] = {}
-        alive = set(first)
-        for i in range(1, len(hashes)):
+        alive: set[str] = first
+        i = 1
+        while i < n:
             nxt = holders.get(hashes[i])
             if nxt is None:
                 break
-            kept = alive & ({nxt} if isinstance(nxt, str) else nxt)
-            if len(kept) != len(alive):
-                for pod in alive - kept:
-                    result[pod] = i
+            if isinstance(nxt, str):
+                if nxt not in alive:
+                    break
+                result.update(dict.fromkeys(alive, i))
+                result[nxt] = self._walk(nxt, hashes, i + 1)
+                return result
+            if len(nxt) < len(alive):  # nested holders: equal size means the same pods
+                kept = alive & nxt
+                result.update(dict.fromkeys(alive - kept, i))
                 if not kept:
                     return result
-            alive = kept
-        else:
-            i = len(hashes)
-        for pod in alive:
-            result[pod] = i
+                alive = kept
+            i += 1
+        result.update(dict.fromkeys(alive, i))
         return result
+
+    def _walk(self, pod: str, hashes: Sequence[int], i: int) -> int:
+        lru = self._pod_blocks[pod]
+        n = len(hashes)
+        while i < n and hashes[i] in lru:
+            i += 1
+        return i
 
     def remove_pod(self, name: str) -> None:
         """Forget a pod that left the pool."""

@@ -111,12 +111,24 @@ class PrefixCache(_Base, kw_only=True):
     max_prefix_blocks: Annotated[int, Meta(ge=1)] = 256
 
 
+class TwoStage(_Base, kw_only=True):
+    """Large pools: score a sample of the candidates instead of every pod (docs/scale.md).
+
+    When more than `minPods` pods serve the requested model, a decision filters and scores `sample`
+    of them drawn at random plus the pods the plugins nominate (the prompt's prefix holders and
+    homes, the pods holding its LoRA adapter), so its cost stays flat as the pool grows. 0 = never."""
+
+    min_pods: Annotated[int, Meta(ge=0)] = 256
+    sample: Annotated[int, Meta(ge=2, le=4096)] = 32
+
+
 class Scheduling(_Base, kw_only=True):
     default_profile: str = "latency"
     plugins: list[PluginConfig] = msgspec.field(default_factory=list)  # configured plugin instances
     profiles: dict[str, Profile] = msgspec.field(default_factory=dict)
     model_profiles: dict[str, str] = msgspec.field(default_factory=dict)
     prefix_cache: PrefixCache = msgspec.field(default_factory=PrefixCache)
+    two_stage: TwoStage = msgspec.field(default_factory=TwoStage)
 
 
 class Admission(_Base, kw_only=True):

@@ -150,6 +150,10 @@ class Selection(_Base, kw_only=True):
     cross_region_latency_ms: NonNegFloat = 80.0
     # an adapter request to a cluster where no pod has the adapter loaded pays its load first
     adapter_load_penalty_ms: NonNegFloat = 150.0
+    # a model served by more clusters than this is decided over a short list of them: the best by
+    # live headroom, by cost, by TTFT estimate and by headroom in the client's region, plus a few at
+    # random (docs/scale.md); 0 = always score every cluster
+    max_scored: Annotated[int, Meta(ge=0, le=10_000)] = 16
 
 
 class Failover(_Base, kw_only=True):

@@ -17,10 +17,12 @@ from common.plugins import param
 class PrefixIndexPlugin(PluginBase):
     """Where this gateway sent each prompt prefix (the approximate prefix index); scores nothing itself.
 
-    An LRU set of block hashes per pod, updated on every dispatch and pruned when pods leave;
-    `prefix` and `prefix_raw` read it (one shared instance, so a dispatch is recorded once).
+    An LRU set of block hashes per pod, updated on every dispatch and pruned when pods leave, within
+    a byte budget over all pods; `prefix` and `prefix_raw` read it (one shared instance, so a
+    dispatch is recorded once).
 
-    Params: `blockChars`, `maxBlocksPerPod`, `maxPrefixBlocks` (defaults: `scheduling.prefixCache`).
+    Params: `blockChars`, `maxBlocksPerPod`, `maxPrefixBlocks`, `maxBytes` (defaults:
+    `scheduling.prefixCache`).
     """
 
     def __init__(self, name: str, params: Mapping[str, Any], handle: SchedulingHandle) -> None:
@@ -30,11 +32,13 @@ class PrefixIndexPlugin(PluginBase):
         self.block_chars: int = param(params, "blockChars", pc.block_chars, int, where)
         self.max_prefix_blocks: int = param(params, "maxPrefixBlocks", pc.max_prefix_blocks, int, where)
         per_pod: int = param(params, "maxBlocksPerPod", pc.max_blocks_per_pod, int, where)
-        if self.block_chars < 4 or self.max_prefix_blocks < 1 or per_pod < 1:
+        max_bytes: int = param(params, "maxBytes", pc.max_bytes, int, where)
+        if self.block_chars < 4 or self.max_prefix_blocks < 1 or per_pod < 1 or max_bytes < 1 << 20:
             raise ConfigError(
-                f"field `{where}.params`: blockChars >= 4, maxPrefixBlocks and maxBlocksPerPod >= 1"
+                f"field `{where}.params`: blockChars >= 4, maxPrefixBlocks and maxBlocksPerPod >= 1, "
+                "maxBytes >= 1048576"
             )
-        self.index = PrefixIndex(per_pod)
+        self.index = PrefixIndex.for_bytes(max_bytes, per_pod)
         self._memo_key = f"prefix_matches:{name}"
 
     def block_hashes(self, req: LLMRequest) -> tuple[int, ...]:

@@ -106,9 +106,15 @@ class Profile(_Base, kw_only=True):
 
 
 class PrefixCache(_Base, kw_only=True):
+    """The approximate prefix index: block size, bounds per pod and in bytes over all pods.
+
+    `maxBytes` is the index's memory budget (blocks x 300 bytes, measured 195-290 under churn, see
+    docs/scale.md); past it the least recently used blocks go first, whichever pod holds them."""
+
     block_chars: Annotated[int, Meta(ge=4)] = 64  # 16 tokens x ~4 chars
     max_blocks_per_pod: Annotated[int, Meta(ge=1)] = 50_000
     max_prefix_blocks: Annotated[int, Meta(ge=1)] = 256
+    max_bytes: Annotated[int, Meta(ge=1_048_576)] = 268_435_456  # 256 MiB
 
 
 class TwoStage(_Base, kw_only=True):

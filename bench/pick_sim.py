@@ -20,10 +20,11 @@ from collections.abc import Sequence
 from copy import copy
 from dataclasses import dataclass, field
 
+from bench.pick_bench import parse_two_stage
 from cluster_gateway.pool import Endpoint, EndpointPool, PodMetrics
 from cluster_gateway.scheduling import LLMRequest, Scheduler
 from cluster_gateway.scheduling.prefix_index import block_hashes
-from common.config.gateway import Scheduling, TwoStage
+from common.config.gateway import Scheduling
 from common.tokens import count_tokens
 
 STEP_S = 0.010
@@ -248,13 +249,6 @@ def run(
     )
 
 
-def _two_stage(spec: str | None) -> TwoStage:
-    if not spec:
-        return TwoStage()
-    min_pods, _, sample = spec.partition(":")
-    return TwoStage(min_pods=int(min_pods), sample=int(sample or TwoStage().sample))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.pick_sim", description=__doc__.splitlines()[0])
     ap.add_argument("--pods", type=int, default=8)
@@ -276,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("| profile | requests | TTFT p50 ms | p90 ms | p99 ms | mean ms |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for prof in args.profiles.split(","):
-        cfg = Scheduling(default_profile=prof, two_stage=_two_stage(args.two_stage))
+        cfg = Scheduling(default_profile=prof, two_stage=parse_two_stage(args.two_stage))
         o = run(
             prof,
             args.pods,

@@ -84,17 +84,8 @@ def _policy(n: int) -> ReportPolicy:
     return ReportPolicy(agents, ReportLimits(), local_ips=frozenset())
 
 
-def _cpu_us(fn: object, reps: int) -> list[float]:
-    call = fn  # type: ignore[assignment]
-    out = []
-    for _ in range(reps):
-        c0 = time.thread_time_ns()
-        call()  # type: ignore[operator]
-        out.append((time.thread_time_ns() - c0) / 1000)
-    return out
-
-
-def run_one(n: int, requests: int, seed: int = 1) -> RouterRow:
+def run_one(n: int, requests: int, seed: int = 1, indexed: bool = True) -> RouterRow:
+    """`indexed` False: selection as before the candidate index (every cluster scanned and scored)."""
     rng = random.Random(seed)
     fleet = MemoryFleetView(ttl_s=60.0)
     policy = _policy(n)
@@ -120,17 +111,20 @@ def run_one(n: int, requests: int, seed: int = 1) -> RouterRow:
         loop.close()
     notice_us = _notice_cost(reports, rng)
     tracker = DispatchTracker()
-    selector = ClusterSelector(Selection(), stale_after_s=30.0, tracker=tracker, rng=random.Random(seed))
+    sel = Selection() if indexed else Selection(max_scored=0)
+    selector = ClusterSelector(sel, stale_after_s=30.0, tracker=tracker, rng=random.Random(seed))
     sel_us: list[float] = []
     cands = 0
     for k in range(requests):
         req = SelectionRequest(model=MAIN, client_region=REGIONS[k % len(REGIONS)])
         c0 = time.thread_time_ns()
-        ranking = _rank(selector, fleet, req)
+        ranking = selector.rank(
+            fleet.snapshot(), req, ejected=(), candidates=fleet.candidates(MAIN) if indexed else None
+        )
         sel_us.append((time.thread_time_ns() - c0) / 1000)
         top = ranking.candidates[0]
         tracker.on_dispatch(top.cluster_id, top.cluster.seq)
-        cands = max(cands, len(ranking.candidates))
+        cands = max(cands, len(ranking.candidates))  # how many were scored
     sel_us.sort()
     return RouterRow(
         clusters=n,
@@ -140,11 +134,6 @@ def run_one(n: int, requests: int, seed: int = 1) -> RouterRow:
         select_p99_us=sel_us[min(len(sel_us) - 1, int(len(sel_us) * 0.99))],
         candidates=cands,
     )
-
-
-def _rank(selector: ClusterSelector, fleet: MemoryFleetView, req: SelectionRequest):  # type: ignore[no-untyped-def]
-    """The request path's call (global_router/app.py)."""
-    return selector.rank(fleet.snapshot(), req, ejected=(), candidates=fleet.candidates(req.model))
 
 
 def _notice_cost(reports: Sequence[capacity_pb2.CapacityReport], rng: random.Random) -> float:
@@ -178,3 +167,4 @@ def table(rs: Sequence[RouterRow]) -> str:
 
 if __name__ == "__main__":
     print(table(rows([3, 30, 300], 2000)))
+    print(table([run_one(n, 2000, indexed=False) for n in (3, 30, 300)]))

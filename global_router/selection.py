@@ -302,8 +302,10 @@ class ClusterSelector:
         return [(c, cap) for c, cap in index.entries.values() if self.is_known(c, now)]
 
     def _usable(self, now: float) -> Callable[[ClusterState, ModelCapacity], bool]:
+        oldest = now - self._forget_after_s  # is_known, without a call per cluster
+
         def usable(c: ClusterState, cap: ModelCapacity) -> bool:
-            return cap.ready_pods > 0 and not c.draining and not c.router_drain and self.is_known(c, now)
+            return cap.ready_pods > 0 and not c.draining and not c.router_drain and c.received_at >= oldest
 
         return usable
 

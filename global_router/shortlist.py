@@ -67,11 +67,11 @@ def _top_by_live_room(
 ) -> list[tuple[str, Pair]]:
     """The `k` usable clusters with the most live headroom. Live room never exceeds the reported
     room the order is sorted by, so the walk stops once the next reported room cannot beat the k-th
-    best live one (bounded at 4 x k clusters when dispatches ate everybody's room)."""
+    best live one (bounded at 3 x k clusters when dispatches ate everybody's room)."""
     best: list[tuple[int, str]] = []  # (-live room, cluster id), ascending: the best first
     pairs: dict[str, Pair] = {}
     for steps, (neg_reported, cid) in enumerate(order.items):
-        if len(best) >= k and (-neg_reported <= -best[-1][0] or steps >= 4 * k):
+        if len(best) >= k and (-neg_reported <= -best[-1][0] or steps >= 3 * k):
             break
         pair = ok(cid)
         if pair is None:

@@ -153,7 +153,7 @@ class Selection(_Base, kw_only=True):
     # a model served by more clusters than this is decided over a short list of them: the best by
     # live headroom, by cost, by TTFT estimate and by headroom in the client's region, plus a few at
     # random (docs/scale.md); 0 = always score every cluster
-    max_scored: Annotated[int, Meta(ge=0, le=10_000)] = 16
+    max_scored: Annotated[int, Meta(ge=0, le=10_000)] = 10
 
 
 class Failover(_Base, kw_only=True):

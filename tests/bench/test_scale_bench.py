@@ -34,7 +34,7 @@ def test_small_measurements_render_and_plot(tmp_path: Path) -> None:
 def test_the_indexed_router_scores_fewer_clusters_than_it_knows() -> None:
     row = scale_router.run_one(60, 30)
     full = scale_router.run_one(60, 30, indexed=False)
-    assert row.candidates <= 16 < full.candidates == 60
+    assert row.candidates <= 10 < full.candidates == 60
 
 
 def test_scale_is_a_registered_scenario() -> None:

@@ -17,6 +17,8 @@ Cost is $ per million generated tokens: $/GPU-hour (spot inflated by `spotDiscou
 (3600 x the model's reported `gpu_tokens_per_s`) x 1e6, since a cheap GPU that decodes slowly costs
 more per token than a fast one. When any candidate reports no throughput (an older agent, or 0),
 every candidate is costed in $/GPU-hour instead: the cost scorer compares ratios, never mixed units.
+The candidates come from the fleet view's per-model index when the caller passes it, and a model
+served by more than `selection.maxScored` clusters is decided over a short list (`shortlist.py`).
 """
 
 from __future__ import annotations

@@ -52,12 +52,16 @@ PLACEMENT_TTL_S = 0.05  # how long an adapter → pods map built from the scrape
 class AdapterPlacement:
     """adapter → pods whose last scrape shows it running or waiting, for two-stage picks.
 
-    Kept up to date from the scrapes: at most every `ttl_s` (shorter than a scrape interval) one
+    Kept up to date from the scrapes: at most every `ttl_s` (shorter than a scrape interval) an
     identity check per pod finds the pods with a new sample, and only their adapters are re-indexed,
-    so a decision finds the pods holding its adapter without a pass over the pool."""
+    so a decision finds the pods holding its adapter without a pass over the pool. One check covers
+    at most `chunk` pods (the next ones in turn), so no single decision pays for a 5,000-pod pool;
+    there the placement is a few checks (a few hundred ms) behind the scrapes."""
 
-    def __init__(self, ttl_s: float = PLACEMENT_TTL_S) -> None:
+    def __init__(self, ttl_s: float = PLACEMENT_TTL_S, chunk: int = 1024) -> None:
         self.ttl_s = ttl_s
+        self.chunk = chunk
+        self._cursor = 0
         self._checked_at = float("-inf")
         self._by_adapter: dict[str, dict[str, None]] = {}
         self._seen: dict[str, tuple[object, frozenset[str]]] = {}  # pod → (metrics indexed, adapters)
@@ -73,6 +77,11 @@ class AdapterPlacement:
         seen = self._seen
         by = self._by_adapter
         empty: frozenset[str] = frozenset()
+        n = len(pods)
+        if n > self.chunk:
+            start = self._cursor % n
+            self._cursor = start + self.chunk
+            pods = pods[start : start + self.chunk] + pods[: max(0, start + self.chunk - n)]
         for p in pods:
             m = p.metrics
             name = p.endpoint.name

@@ -135,3 +135,20 @@ def test_two_stage_off_decides_over_every_pod(counting: Any) -> None:
     )
     scheduler(pool, cfg).schedule(req("p"))
     assert counting.seen == [PODS]
+
+
+def test_adapter_placement_checks_a_large_pool_a_chunk_at_a_time() -> None:
+    from cluster_gateway.scheduling.adapter_memory import AdapterPlacement
+
+    pool = EndpointPool()
+    for i in range(5):
+        add_pod(pool, f"pod-{i}", running_adapters=["lora-a"] if i == 4 else [], max_lora=2)
+    placement = AdapterPlacement(ttl_s=1.0, chunk=2)
+    pods = pool.pods()
+    found = [placement.pods_with("lora-a", pods, now=10.0 + 2 * k) for k in range(3)]
+    assert found == [[], [], ["pod-4"]]  # pods 0-1, then 2-3, then 4 (and 0 again)
+    assert placement.pods_with("lora-a", pods, now=14.5) == ["pod-4"]  # within the TTL: no check
+    pool.record_scrape("pod-4", PodMetrics(engine="vllm", max_lora=2, scraped_at=NOW))  # adapter gone
+    for k in range(3):
+        placement.pods_with("lora-a", pool.pods(), now=20.0 + 2 * k)
+    assert placement.pods_with("lora-a", pool.pods(), now=30.0) == []

@@ -52,6 +52,11 @@ SCENARIOS: dict[str, Scenario] = {
     "pick": Scenario("bench.pick_bench", "microseconds per pick at 10/100/1000 pods"),
     "pick-sim": Scenario("bench.pick_sim", "routing quality per profile in simulated time (no wall clock)"),
     "capacity": Scenario("bench.capacity_bench", "capacity report aggregation and the gRPC report path"),
+    "scale": Scenario(
+        "bench.scale",
+        "control-plane cost curves: pick, scrape, build_report, router report and selection by fleet size",
+        own_report=True,
+    ),
     "estimate": Scenario(
         "bench.estimate_accuracy", "the agent's TTFT estimate vs measured TTFT", own_report=True
     ),

@@ -1,5 +1,8 @@
 """How long one scheduling decision takes: µs per `Scheduler.schedule()` at 10, 100 and 1000 pods.
 
+Pools over `scheduling.twoStage.minPods` (256) are decided over a sample (`--two-stage 0:2` = off,
+every pod scored, the cost before two-stage picks).
+
 The pool carries realistic, changing metrics (queues, batches, KV use, LoRA adapters; a "scrape"
 rewrites every pod's metrics every 100 decisions), prompts are a mix of a few shared system prompts
 and unique ones, and every decision is dispatched like the proxy does (acquire, on_dispatch, later
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 
 from cluster_gateway.pool import Endpoint, EndpointPool, PodMetrics
 from cluster_gateway.scheduling import LLMRequest, Scheduler
-from common.config.gateway import Scheduling
+from common.config.gateway import Scheduling, TwoStage
 
 MODEL = "llama-3.1-8b"
 ADAPTERS = [f"lora-{i}" for i in range(8)]
@@ -90,10 +93,14 @@ def _prompts(rng: random.Random, count: int) -> list[tuple[str, str]]:
     return out
 
 
-def run_one(n_pods: int, profile: str, decisions: int, seed: int = 1) -> Row:
+def run_one(
+    n_pods: int, profile: str, decisions: int, seed: int = 1, scheduling: Scheduling | None = None
+) -> Row:
+    """`scheduling`: the config to pick with (default: the defaults with `profile`)."""
     rng = random.Random(seed)
     pool = _pool(n_pods, rng)
-    sched = Scheduler(pool, Scheduling(default_profile=profile), rng=random.Random(seed), staleness_s=60.0)
+    cfg = scheduling or Scheduling(default_profile=profile)
+    sched = Scheduler(pool, cfg, rng=random.Random(seed), staleness_s=60.0)
     reqs = [
         LLMRequest(model=m, prompt_text=t, max_tokens=256, stream=True, profile=None)
         for m, t in _prompts(rng, decisions)
@@ -149,6 +156,14 @@ def table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+def parse_two_stage(spec: str | None) -> TwoStage:
+    """`MIN_PODS:SAMPLE` (the `--two-stage` option of pick and pick-sim) as config; None: the defaults."""
+    if not spec:
+        return TwoStage()
+    min_pods, _, sample = spec.partition(":")
+    return TwoStage(min_pods=int(min_pods), sample=int(sample or TwoStage().sample))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="fleetgate bench pick", description=__doc__.splitlines()[0])
     ap.add_argument("--pods", default="10,100,1000", help="comma-separated pool sizes")
@@ -156,10 +171,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--profiles", default="latency,reference", help="comma-separated profile names")
     ap.add_argument("--quick", action="store_true", help="fewer decisions (CI smoke run)")
     ap.add_argument("--seed", type=int, default=1, help="seed of the generated pools (default 1)")
+    ap.add_argument(
+        "--two-stage", default=None, metavar="MIN_PODS:SAMPLE", help="scheduling.twoStage (0:2 = off)"
+    )
     args = ap.parse_args(argv)
     decisions = 300 if args.quick else args.decisions
+    two = parse_two_stage(args.two_stage)
     rows = [
-        run_one(int(n), profile, decisions, args.seed)
+        run_one(int(n), profile, decisions, args.seed, Scheduling(default_profile=profile, two_stage=two))
         for n in args.pods.split(",")
         for profile in args.profiles.split(",")
     ]

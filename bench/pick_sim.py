@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from copy import copy
 from dataclasses import dataclass, field
 
+from bench.pick_bench import parse_two_stage
 from cluster_gateway.pool import Endpoint, EndpointPool, PodMetrics
 from cluster_gateway.scheduling import LLMRequest, Scheduler
 from cluster_gateway.scheduling.prefix_index import block_hashes
@@ -263,12 +264,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--adapter-share", type=float, default=0.2, help="share of requests for LoRA adapters")
     ap.add_argument("--replicas", type=int, default=1, help="gateway replicas sharing the pods")
     ap.add_argument("--seed", type=int, default=1, help="seed of the trace (default 1)")
+    ap.add_argument(
+        "--two-stage",
+        default=None,
+        metavar="MIN_PODS:SAMPLE",
+        help="scheduling.twoStage for every profile (e.g. 16:8 to sample a small pool; 0:2 = off)",
+    )
     args = ap.parse_args(argv)
     print("| profile | requests | TTFT p50 ms | p90 ms | p99 ms | mean ms |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for prof in args.profiles.split(","):
+        cfg = Scheduling(default_profile=prof, two_stage=parse_two_stage(args.two_stage))
         o = run(
-            prof, args.pods, args.seconds, args.rate, args.seed, args.adapter_share, replicas=args.replicas
+            prof,
+            args.pods,
+            args.seconds,
+            args.rate,
+            args.seed,
+            args.adapter_share,
+            scheduling=cfg,
+            replicas=args.replicas,
         )
         print(
             f"| {o.profile} | {o.n} | {o.p50 * 1000:.0f} | {o.p90 * 1000:.0f} | {o.p99 * 1000:.0f} "

@@ -105,6 +105,7 @@ class ModelCatalog:
         self._bases: Counter[str] = Counter()
         self._adapters: Counter[str] = Counter()
         self._inexact = 0  # pods listing names without telling base models from adapters
+        self.version = 0  # bumps on every change (indexes by model rebuild when it moves)
 
     def is_adapter(self, name: str) -> bool:
         """Some pod lists `name` as a LoRA adapter."""
@@ -128,6 +129,7 @@ class ModelCatalog:
 
     def tally(self, pod: PodState, step: int) -> None:
         """Count `pod`'s catalog in (+1) or out (-1); called by `EndpointPool` on every change."""
+        self.version += 1
         for counter, names in ((self._bases, pod.base_models), (self._adapters, pod.adapters)):
             for n in names:
                 c = counter[n] + step

@@ -138,7 +138,12 @@ class CompletionHandler:
             )
             t0 = time.perf_counter()
             with data_path_span(tracer, "router.select") as span:
-                ranking = s.selector.rank(s.fleet.snapshot(), sel_req, ejected=s.health.ejected())
+                ranking = s.selector.rank(
+                    s.fleet.snapshot(),
+                    sel_req,
+                    ejected=s.health.ejected(),
+                    candidates=s.fleet.candidates(sel_req.model),
+                )
                 span.set_attribute("fleetgate.cluster", ranking.candidates[0].cluster_id)
                 span.set_attribute("fleetgate.candidates", len(ranking.candidates))
             s.metrics.selection_seconds.observe(time.perf_counter() - t0)

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 import msgspec
 
+from global_router.candidate_index import CandidateIndex, ModelCandidates
+
 if TYPE_CHECKING:
     import redis.asyncio
 
@@ -81,6 +83,10 @@ class FleetView(Protocol):
         ...
 
     def get(self, cluster_id: str) -> ClusterState | None: ...
+
+    def candidates(self, model: str) -> ModelCandidates | None:
+        """Hot path, O(1): the clusters whose latest report serves `model` (kept per report)."""
+        ...
 
     def router_drained(self, cluster_id: str) -> bool:
         """Whether an operator drained this cluster at the router (even before it ever reported)."""
@@ -151,6 +157,7 @@ class _Cache:
         self.ttl_s = ttl_s
         self.states: dict[str, ClusterState] = {}
         self.drains: set[str] = set()
+        self.index = CandidateIndex()  # per-model candidate lists, in step with `states`
 
     def put(self, state: ClusterState, *, only_if_newer: bool) -> None:
         cur = self.states.get(state.cluster_id)
@@ -160,6 +167,7 @@ class _Cache:
         if state.router_drain != drained:
             state = replace(state, router_drain=drained)
         self.states[state.cluster_id] = state
+        self.index.put(state)
 
     def set_drain(self, cluster_id: str, drain: bool) -> None:
         if drain:
@@ -168,7 +176,8 @@ class _Cache:
             self.drains.discard(cluster_id)
         cur = self.states.get(cluster_id)
         if cur is not None and cur.router_drain != drain:
-            self.states[cluster_id] = replace(cur, router_drain=drain)
+            self.states[cluster_id] = state = replace(cur, router_drain=drain)
+            self.index.put(state)
 
     def replace_drains(self, drains: set[str]) -> None:
         for cid in self.drains | drains:
@@ -179,6 +188,7 @@ class _Cache:
         gone = [cid for cid, s in self.states.items() if now - s.received_at > self.ttl_s]
         for cid in gone:
             del self.states[cid]
+            self.index.drop(cid)
         return gone
 
 
@@ -194,6 +204,9 @@ class MemoryFleetView:
 
     def get(self, cluster_id: str) -> ClusterState | None:
         return self._cache.states.get(cluster_id)
+
+    def candidates(self, model: str) -> ModelCandidates | None:
+        return self._cache.index.get(model)
 
     def router_drained(self, cluster_id: str) -> bool:
         return cluster_id in self._cache.drains
@@ -222,18 +235,22 @@ class MemoryFleetView:
             self._cache.prune(time.time())
 
 
-class _Notice(msgspec.Struct, omit_defaults=True):
-    """A pub/sub message: a new state, or an operator drain change."""
+class _RawNotice(msgspec.Struct, omit_defaults=True):
+    """A pub/sub message: a new state, or an operator drain change.
+
+    The state is carried as raw JSON and left undecoded on arrival: a replica compares its bytes with
+    the last ones it applied for that cluster and decodes only a change (its own publishes echo
+    back, and a rescan re-reads every unchanged cluster)."""
 
     kind: Literal["state", "drain"]
     cluster_id: str
-    state: ClusterState | None = None
+    state: msgspec.Raw = msgspec.Raw(b"null")  # the ClusterState's JSON (kind "state")
     drain: bool = False
 
 
 _encode = msgspec.json.Encoder().encode
 _decode_state = msgspec.json.Decoder(ClusterState).decode
-_decode_notice = msgspec.json.Decoder(_Notice).decode
+_decode_notice = msgspec.json.Decoder(_RawNotice).decode
 
 
 class RedisFleetView:
@@ -264,6 +281,7 @@ class RedisFleetView:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self._redis_ok = True
+        self._raw: dict[str, bytes] = {}  # cluster → the state bytes its cached state came from
 
     # --- readers (no I/O) ----------------------------------------------------
     def snapshot(self) -> list[ClusterState]:
@@ -271,6 +289,9 @@ class RedisFleetView:
 
     def get(self, cluster_id: str) -> ClusterState | None:
         return self._cache.states.get(cluster_id)
+
+    def candidates(self, model: str) -> ModelCandidates | None:
+        return self._cache.index.get(model)
 
     def router_drained(self, cluster_id: str) -> bool:
         return cluster_id in self._cache.drains
@@ -284,14 +305,26 @@ class RedisFleetView:
     def _key(self, cluster_id: str) -> str:
         return f"{self._prefix}cluster:{cluster_id}"
 
+    def encode_notice(self, state: ClusterState) -> bytes:
+        """The pub/sub notice for `state` (its state bytes are also what the key holds)."""
+        return _encode(
+            _RawNotice(kind="state", cluster_id=state.cluster_id, state=msgspec.Raw(self._state_bytes(state)))
+        )
+
+    def _state_bytes(self, state: ClusterState) -> bytes:
+        return _encode(
+            replace(state, router_drain=False) if state.router_drain else state
+        )  # drains travel separately
+
     async def publish(self, state: ClusterState) -> None:
         self._cache.put(state, only_if_newer=False)
-        shared = replace(state, router_drain=False)  # drains travel separately
-        notice = _encode(_Notice(kind="state", cluster_id=state.cluster_id, state=shared))
+        raw = self._state_bytes(state)  # encoded once, for the key and the notice
+        self._raw[state.cluster_id] = raw
+        notice = _encode(_RawNotice(kind="state", cluster_id=state.cluster_id, state=msgspec.Raw(raw)))
         try:
             async with asyncio.timeout(self._op_timeout_s):
                 async with self._redis.pipeline(transaction=False) as pipe:
-                    pipe.set(self._key(state.cluster_id), _encode(shared), px=self._ttl_ms)
+                    pipe.set(self._key(state.cluster_id), raw, px=self._ttl_ms)
                     pipe.publish(self._channel, notice)
                     await pipe.execute()
             self._mark_ok()
@@ -301,7 +334,7 @@ class RedisFleetView:
 
     async def set_router_drain(self, cluster_id: str, drain: bool) -> None:
         """Record an operator drain for every replica; raises FleetViewError if Redis refuses."""
-        notice = _encode(_Notice(kind="drain", cluster_id=cluster_id, drain=drain))
+        notice = _encode(_RawNotice(kind="drain", cluster_id=cluster_id, drain=drain))
         try:
             async with asyncio.timeout(self._op_timeout_s):
                 async with self._redis.pipeline(transaction=False) as pipe:
@@ -353,24 +386,38 @@ class RedisFleetView:
         except Exception as exc:
             _reraise_if_cancelled()
             self._mark_failed("rescan", exc)
-            self._cache.prune(now)
+            self._prune(now)
             return False
         self._mark_ok()
         self._cache.replace_drains({_text(d) for d in drains_raw})
-        for raw in values:
+        skip = len(self._key(""))
+        for key, raw in zip(keys, values, strict=True):
             if raw is None:  # expired between SCAN and MGET
                 continue
-            try:
-                state = _decode_state(raw)
-            except msgspec.DecodeError as exc:
-                log.warning("fleet view: ignoring an undecodable cluster record: %s", exc)
-                continue
-            self._cache.put(state, only_if_newer=True)
+            self._apply_state(_text(key)[skip:], raw if isinstance(raw, bytes) else raw.encode())
         # A cluster absent from Redis is not dropped at once: its key expired (then it is older
         # than the TTL and the prune drops it) or was lost to a Redis restart (then the reporting
         # replica rewrites it on the next report). Either way the TTL bounds its life here.
-        self._cache.prune(now)
+        self._prune(now)
         return True
+
+    def _prune(self, now: float) -> None:
+        for cid in self._cache.prune(now):
+            self._raw.pop(cid, None)
+
+    def _apply_state(self, cluster_id: str, raw: bytes) -> None:
+        """Decode and cache a state unless it is byte for byte the one already cached."""
+        if self._raw.get(cluster_id) == raw and cluster_id in self._cache.states:
+            return
+        try:
+            state = _decode_state(raw)
+        except msgspec.DecodeError as exc:
+            log.warning("fleet view: ignoring an undecodable cluster record: %s", exc)
+            return
+        before = self._cache.states.get(state.cluster_id)
+        self._cache.put(state, only_if_newer=True)
+        if self._cache.states.get(state.cluster_id) is not before:
+            self._raw[state.cluster_id] = raw
 
     async def _rescan_loop(self) -> None:
         while not self._stopping:
@@ -410,8 +457,8 @@ class RedisFleetView:
             return
         if notice.kind == "drain":
             self._cache.set_drain(notice.cluster_id, notice.drain)
-        elif notice.state is not None:
-            self._cache.put(notice.state, only_if_newer=True)
+        else:
+            self._apply_state(notice.cluster_id, bytes(notice.state))
 
     # --- error reporting (one line per outage, not per operation) ---------------
     def _mark_failed(self, op: str, exc: BaseException) -> None:

@@ -17,6 +17,8 @@ Cost is $ per million generated tokens: $/GPU-hour (spot inflated by `spotDiscou
 (3600 x the model's reported `gpu_tokens_per_s`) x 1e6, since a cheap GPU that decodes slowly costs
 more per token than a fast one. When any candidate reports no throughput (an older agent, or 0),
 every candidate is costed in $/GPU-hour instead: the cost scorer compares ratios, never mixed units.
+The candidates come from the fleet view's per-model index when the caller passes it, and a model
+served by more than `selection.maxScored` clusters is decided over a short list (`shortlist.py`).
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ from dataclasses import dataclass, field
 
 from common.config.router import Selection, TrafficClassPolicy
 from common.errors import OpenAIError, not_found_model, unavailable
+from global_router.candidate_index import ModelCandidates
 from global_router.cluster_scorers import build_scorers, register_function
 from global_router.dispatch_tracker import DispatchTracker
 from global_router.fleet_view import ClusterState, ModelCapacity
+from global_router.shortlist import shortlist
 from global_router.staleness import StaleAging
 
 MIN_TTFT_MS = 1.0
@@ -201,12 +205,7 @@ class ClusterSelector:
     ) -> Candidate:
         age = cluster.age(now)
         stale = self._aging.is_stale(age)
-        headroom = self._aging.headroom(
-            cap.headroom_requests,
-            age,
-            dispatched_since=self._tracker.dispatched_since(cluster.cluster_id, cluster.seq),
-            inflight=self._tracker.inflight(cluster.cluster_id),
-        )
+        headroom = self._headroom_of(cluster, cap, now)  # aged when stale
         overflow = max(0, -headroom)
         # Each request beyond the reported headroom waits roughly one prefill turn per pod.
         per_request_ms = max(cap.est_ttft_ms, 50.0) / max(1, cap.ready_pods)
@@ -225,15 +224,21 @@ class ClusterSelector:
         return Candidate(cluster, cap, headroom, predicted, net, cost, stale=stale)
 
     def rank(
-        self, clusters: list[ClusterState], req: SelectionRequest, ejected: Collection[str] = ()
+        self,
+        clusters: list[ClusterState],
+        req: SelectionRequest,
+        ejected: Collection[str] = (),
+        candidates: ModelCandidates | None = None,
     ) -> Ranking:
         """Ranked candidates; raises 404 (nobody serves the model), 503 (nobody usable, or the router
-        is starting and has no report yet) or 429 (shed)."""
+        is starting and has no report yet) or 429 (shed).
+
+        `candidates`: the fleet view's index entry for the model (`FleetView.candidates`), which
+        spares the scan of every cluster and, past `selection.maxScored`, scores a short list."""
         now = self._clock()
-        known = [c for c in clusters if self.is_known(c, now)]
-        serving = [(c, cap) for c in known if (cap := model_capacity(c, req.model)) is not None]
+        serving = self._serving(clusters, req, now, ejected, candidates)
         if not serving:
-            if not known or now < self.warm_until:
+            if not any(self.is_known(c, now) for c in clusters) or now < self.warm_until:
                 raise OpenAIError(
                     503,
                     f"The router has no capacity report serving `{req.model}` yet (starting up or "
@@ -272,6 +277,61 @@ class ClusterSelector:
         # over its target), then room, then score (a stale cluster competes on aged figures)
         cands.sort(key=lambda c: (c.over_target, not c.has_room, -c.score, jitter[id(c)]))
         return Ranking(cands, saturated, policy)
+
+    def _serving(
+        self,
+        clusters: list[ClusterState],
+        req: SelectionRequest,
+        now: float,
+        ejected: Collection[str],
+        index: ModelCandidates | None,
+    ) -> list[tuple[ClusterState, ModelCapacity]]:
+        """(cluster, capacity) of the known clusters serving the model: from the index when given
+        (a short list when many serve it), else by a pass over the fleet."""
+        if index is None:
+            return [
+                (c, cap)
+                for c in clusters
+                if self.is_known(c, now) and (cap := model_capacity(c, req.model)) is not None
+            ]
+        if 0 < self._sel.max_scored < len(index):
+            per_order = max(1, self._sel.max_scored // 5)  # five orders: at most maxScored clusters
+            short = shortlist(
+                index,
+                req.client_region,
+                per_order,
+                self._usable(now),
+                self._live_room(now),
+                ejected,
+                self._rng,
+            )
+            if short:
+                return short
+        return [(c, cap) for c, cap in index.entries.values() if self.is_known(c, now)]
+
+    def _usable(self, now: float) -> Callable[[ClusterState, ModelCapacity], bool]:
+        oldest = now - self._forget_after_s  # is_known, without a call per cluster
+
+        def usable(c: ClusterState, cap: ModelCapacity) -> bool:
+            return cap.ready_pods > 0 and not c.draining and not c.router_drain and c.received_at >= oldest
+
+        return usable
+
+    def _live_room(self, now: float) -> Callable[[ClusterState, ModelCapacity], int]:
+        def live(c: ClusterState, cap: ModelCapacity) -> int:
+            return self._headroom_of(c, cap, now)
+
+        return live
+
+    def _headroom_of(self, cluster: ClusterState, cap: ModelCapacity, now: float) -> int:
+        """Reported headroom (aged when the report is stale: `staleness.py`) minus this replica's
+        dispatches since; used by scoring and by the short list alike."""
+        return self._aging.headroom(
+            cap.headroom_requests,
+            cluster.age(now),
+            dispatched_since=self._tracker.dispatched_since(cluster.cluster_id, cluster.seq),
+            inflight=self._tracker.inflight(cluster.cluster_id),
+        )
 
     def _score(self, cands: list[Candidate], policy: TrafficClassPolicy) -> None:
         total_w = 0.0

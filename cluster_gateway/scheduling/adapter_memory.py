@@ -46,20 +46,114 @@ class AdapterEvidence:
         return found
 
 
+PLACEMENT_TTL_S = 0.05  # how long an adapter → pods map built from the scrapes is reused
+
+
+class AdapterPlacement:
+    """adapter → pods whose last scrape shows it running or waiting, for two-stage picks.
+
+    Kept up to date from the scrapes: at most every `ttl_s` (shorter than a scrape interval) an
+    identity check per pod finds the pods with a new sample, and only their adapters are re-indexed,
+    so a decision finds the pods holding its adapter without a pass over the pool. One check covers
+    at most `chunk` pods (the next ones in turn), so no single decision pays for a 5,000-pod pool;
+    there the placement is a few checks (a few hundred ms) behind the scrapes."""
+
+    def __init__(self, ttl_s: float = PLACEMENT_TTL_S, chunk: int = 1024) -> None:
+        self.ttl_s = ttl_s
+        self.chunk = chunk
+        self._cursor = 0
+        self._checked_at = float("-inf")
+        self._by_adapter: dict[str, dict[str, None]] = {}
+        self._seen: dict[str, tuple[object, frozenset[str]]] = {}  # pod → (metrics indexed, adapters)
+
+    def pods_with(self, adapter: str, pods: list[PodState], now: float) -> list[str]:
+        if now - self._checked_at > self.ttl_s or now < self._checked_at:
+            self._refresh(pods)
+            self._checked_at = now
+        held = self._by_adapter.get(adapter)
+        return list(held) if held else []
+
+    def _refresh(self, pods: list[PodState]) -> None:
+        seen = self._seen
+        by = self._by_adapter
+        empty: frozenset[str] = frozenset()
+        n = len(pods)
+        if n > self.chunk:
+            start = self._cursor % n
+            self._cursor = start + self.chunk
+            pods = pods[start : start + self.chunk] + pods[: max(0, start + self.chunk - n)]
+        for p in pods:
+            m = p.metrics
+            name = p.endpoint.name
+            prev = seen.get(name)
+            if prev is not None and prev[0] is m:
+                continue  # no new sample since the last check
+            if m is None or not m.max_lora:
+                now_held = empty
+            else:
+                now_held = (
+                    m.running_adapters | m.waiting_adapters if m.waiting_adapters else m.running_adapters
+                )
+            was = prev[1] if prev is not None else empty
+            if now_held != was:
+                for a in was - now_held:
+                    self._drop(a, name)
+                for a in now_held - was:
+                    by.setdefault(a, {})[name] = None
+            seen[name] = (m, now_held)
+
+    def _drop(self, adapter: str, name: str) -> None:
+        held = self._by_adapter.get(adapter)
+        if held is not None:
+            held.pop(name, None)
+            if not held:
+                del self._by_adapter[adapter]
+
+    def retain_pods(self, names: set[str]) -> None:
+        for name in [n for n in self._seen if n not in names]:
+            for a in self._seen.pop(name)[1]:
+                self._drop(a, name)
+
+
 class AdapterMemory:
-    """pod → adapter → monotonic time of the last dispatch; entries expire after `ttl_s`."""
+    """pod → adapter → monotonic time of the last dispatch; entries expire after `ttl_s`.
+
+    Also kept by adapter (adapter → pod → time), so the pods an adapter was just sent to are found
+    without a pass over every pod."""
 
     def __init__(self, ttl_s: float = 2.0, max_per_pod: int = 64) -> None:
         self.ttl_s = ttl_s
         self.max_per_pod = max_per_pod
         self._seen: dict[str, dict[str, float]] = {}
+        self._by_adapter: dict[str, dict[str, float]] = {}
 
     def record(self, pod_name: str, adapter: str, now: float) -> None:
         per_pod = self._seen.setdefault(pod_name, {})
         per_pod.pop(adapter, None)
         per_pod[adapter] = now
+        self._by_adapter.setdefault(adapter, {})[pod_name] = now
         if len(per_pod) > self.max_per_pod:
-            del per_pod[next(iter(per_pod))]  # the least recently dispatched
+            old = next(iter(per_pod))  # the least recently dispatched
+            del per_pod[old]
+            self._forget(old, pod_name)
+
+    def _forget(self, adapter: str, pod_name: str) -> None:
+        pods = self._by_adapter.get(adapter)
+        if pods is not None:
+            pods.pop(pod_name, None)
+            if not pods:
+                del self._by_adapter[adapter]
+
+    def recent_pods(self, adapter: str, now: float) -> list[str]:
+        """Pods this adapter was sent to within `ttl_s` (expired entries are dropped on the way)."""
+        pods = self._by_adapter.get(adapter)
+        if not pods:
+            return []
+        ttl = self.ttl_s
+        expired = [n for n, t in pods.items() if now - t > ttl]
+        for n in expired:
+            del pods[n]
+        return list(pods)
 
     def recent(self, pod_name: str, adapter: str, now: float) -> bool:
         per_pod = self._seen.get(pod_name)
@@ -69,8 +163,9 @@ class AdapterMemory:
         return t is not None and now - t <= self.ttl_s
 
     def remove_pod(self, pod_name: str) -> None:
-        self._seen.pop(pod_name, None)
+        for adapter in self._seen.pop(pod_name, {}):
+            self._forget(adapter, pod_name)
 
     def retain_pods(self, names: set[str]) -> None:
         for name in [n for n in self._seen if n not in names]:
-            del self._seen[name]
+            self.remove_pod(name)

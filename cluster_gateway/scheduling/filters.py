@@ -3,8 +3,11 @@ stale metrics degrade to in-flight-only routing, and saturation fails open (sayi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from cluster_gateway.pool import PodState
-from cluster_gateway.scheduling.plugin import Filtered, PluginBase
+from cluster_gateway.scheduling.plugin import Filtered, PluginBase, SchedulingHandle
 from cluster_gateway.scheduling.types import SchedulingContext
 from common.errors import not_found_model
 
@@ -20,6 +23,34 @@ class ModelFilter(PluginBase):
     """
 
     strict = True
+
+    def __init__(self, name: str, params: Mapping[str, Any], handle: SchedulingHandle) -> None:
+        super().__init__(name, params, handle)
+        self._by_model: dict[str, list[PodState]] | None = None
+        self._unlisted: list[PodState] = []
+
+    def on_pods_changed(self, pods: list[PodState]) -> None:
+        """Index the pool by served name (the scheduler calls this on membership and catalog changes)."""
+        by_model: dict[str, list[PodState]] = {}
+        for p in pods:
+            for m in p.models:
+                by_model.setdefault(m, []).append(p)
+        self._by_model = by_model
+        self._unlisted = [p for p in pods if not p.models]
+
+    def candidates(self, ctx: SchedulingContext, pods: list[PodState]) -> list[PodState]:
+        """`filter` over the whole pool (`pods`), answered from the index: O(pods serving the model)."""
+        if self._by_model is None:
+            return self.filter(ctx, pods)
+        model = ctx.request.model
+        listed = self._by_model.get(model)
+        if listed is None:
+            if len(self._unlisted) == len(pods):
+                return pods
+            raise not_found_model(model)
+        if len(listed) < len(pods) and self._unlisted and _peer_base_model(ctx, pods, model):
+            return listed + self._unlisted
+        return listed
 
     def filter(self, ctx: SchedulingContext, pods: list[PodState]) -> list[PodState]:
         model = ctx.request.model

@@ -77,6 +77,8 @@ class WeightedRandomPicker(PluginBase):
 class RoundRobinPicker(PluginBase):
     """Ignores scores: the next candidate in pool order (the baseline every balancer starts from)."""
 
+    whole_pool = True  # a rotation over a random sample is no rotation: never a two-stage pick
+
     def __init__(self, name: str, params: Mapping[str, Any], handle: SchedulingHandle) -> None:
         super().__init__(name, params, handle)
         self._next = 0

@@ -8,7 +8,7 @@ the hook its place needs is a config error naming the field.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cluster_gateway.scheduling.profiles import ProfileSpec
@@ -36,6 +36,9 @@ class Plan:
     degraded_scorers: list[tuple[float, str, Hook]]
     degraded_weight_sum: float
     pick: Hook
+    candidates: list[Hook] = field(default_factory=list)  # strict filters' index lookups, in order
+    nominators: list[Hook] = field(default_factory=list)  # pods a two-stage pick must score
+    whole_pool: bool = False  # some plugin needs every candidate: never a two-stage pick
 
 
 def _hook(plugins: PluginSet, name: str, hook: str, where: str) -> Hook:
@@ -80,6 +83,7 @@ def compile_plan(spec: ProfileSpec, plugins: PluginSet) -> Plan:
     prepare = [
         _hook(plugins, n, "prepare", where) for n in names if has_hook(plugins.get(n, where), "prepare")
     ]
+    used = [plugins.get(n, where) for n in names]
     return Plan(
         spec=spec,
         prepare=prepare,
@@ -89,7 +93,16 @@ def compile_plan(spec: ProfileSpec, plugins: PluginSet) -> Plan:
         degraded_scorers=degraded,
         degraded_weight_sum=sum(w for w, _, _ in degraded),
         pick=pick,
+        candidates=[_hook(plugins, f.name, "candidates", where) for f in filters if _has(plugins, f.name)],
+        nominators=[fn for p in used if callable(fn := getattr(p, "nominate", None))],
+        whole_pool=any(getattr(p, "whole_pool", False) for p in used),
     )
+
+
+def _has(plugins: PluginSet, name: str) -> bool:
+    """A strict filter that can answer from an index (`candidates`) narrows a two-stage sample's pool."""
+    plugin = plugins.get(name, "")
+    return bool(getattr(plugin, "strict", False)) and has_hook(plugin, "candidates")
 
 
 def _strict(plugins: PluginSet, name: str) -> bool:

@@ -10,7 +10,18 @@ from the `fleetgate.plugins` entry-point group). It defines only the hooks it ne
 - `pick(ctx, scored) -> list[PodState]`: ranked choice plus fallbacks from `(pod, total)` pairs.
 - `on_dispatch(req, pod)`: the request is going to `pod` (state the gateway itself causes).
 - `on_complete(req, pod, outcome)`: the request ended (`outcome` is the data path's word for it).
-- `on_pods_changed(pods)`: pool membership or a pod's labels changed; drop state of departed pods.
+- `on_pods_changed(pods)`: pool membership, a pod's labels or the model catalog changed; drop state
+  of departed pods, rebuild indexes (e.g. pods by served model).
+
+For large pools (`scheduling.twoStage`) the scheduler decides over a sample of the candidates
+(`two_stage.py`); three more optional members take part:
+
+- `candidates(ctx, pods) -> list[PodState]`: a strict filter's answer over the whole pool from an
+  index, O(answer); the sample is drawn from it.
+- `nominate(ctx, limit) -> Iterable[str]`: names of up to `limit` pods whose score could stand out
+  (prefix holders, prefix homes, adapter holders); they join the sample.
+- class attribute `whole_pool = True`: the plugin needs every candidate (round-robin), so its
+  profiles are never sampled.
 
 Plugins own their state (the prefix index, the adapter memory); the scheduler core knows hooks,
 never names or types. A plugin that needs another one asks the handle: `handle.plugin(name)`

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import islice
 from typing import Any
 
 from cluster_gateway.pool import PodState
@@ -16,10 +17,12 @@ from common.plugins import param
 class PrefixIndexPlugin(PluginBase):
     """Where this gateway sent each prompt prefix (the approximate prefix index); scores nothing itself.
 
-    An LRU set of block hashes per pod, updated on every dispatch and pruned when pods leave;
-    `prefix` and `prefix_raw` read it (one shared instance, so a dispatch is recorded once).
+    An LRU set of block hashes per pod, updated on every dispatch and pruned when pods leave, within
+    a byte budget over all pods; `prefix` and `prefix_raw` read it (one shared instance, so a
+    dispatch is recorded once).
 
-    Params: `blockChars`, `maxBlocksPerPod`, `maxPrefixBlocks` (defaults: `scheduling.prefixCache`).
+    Params: `blockChars`, `maxBlocksPerPod`, `maxPrefixBlocks`, `maxBytes` (defaults:
+    `scheduling.prefixCache`).
     """
 
     def __init__(self, name: str, params: Mapping[str, Any], handle: SchedulingHandle) -> None:
@@ -29,11 +32,13 @@ class PrefixIndexPlugin(PluginBase):
         self.block_chars: int = param(params, "blockChars", pc.block_chars, int, where)
         self.max_prefix_blocks: int = param(params, "maxPrefixBlocks", pc.max_prefix_blocks, int, where)
         per_pod: int = param(params, "maxBlocksPerPod", pc.max_blocks_per_pod, int, where)
-        if self.block_chars < 4 or self.max_prefix_blocks < 1 or per_pod < 1:
+        max_bytes: int = param(params, "maxBytes", pc.max_bytes, int, where)
+        if self.block_chars < 4 or self.max_prefix_blocks < 1 or per_pod < 1 or max_bytes < 1 << 20:
             raise ConfigError(
-                f"field `{where}.params`: blockChars >= 4, maxPrefixBlocks and maxBlocksPerPod >= 1"
+                f"field `{where}.params`: blockChars >= 4, maxPrefixBlocks and maxBlocksPerPod >= 1, "
+                "maxBytes >= 1048576"
             )
-        self.index = PrefixIndex(per_pod)
+        self.index = PrefixIndex.for_bytes(max_bytes, per_pod)
         self._memo_key = f"prefix_matches:{name}"
 
     def block_hashes(self, req: LLMRequest) -> tuple[int, ...]:
@@ -41,10 +46,17 @@ class PrefixIndexPlugin(PluginBase):
 
     def matches(self, ctx: SchedulingContext) -> dict[str, int]:
         """Matched blocks per pod for this decision's prompt, looked up once per decision."""
-        m: dict[str, int] | None = ctx.memo.get(self._memo_key)
+        m: dict[str, int] | None = ctx.request_memo.get(self._memo_key)
         if m is None:
-            m = ctx.memo[self._memo_key] = self.index.match(self.block_hashes(ctx.request))
+            m = ctx.request_memo[self._memo_key] = self.index.match(self.block_hashes(ctx.request))
         return m
+
+    def nominate(self, ctx: SchedulingContext, limit: int) -> list[str]:
+        """For a two-stage pick: the `limit` pods holding the longest cached prefix of the prompt."""
+        m = self.matches(ctx)
+        if len(m) <= limit:
+            return list(m)
+        return list(islice(reversed(m), limit))  # `match` puts the longest last
 
     def on_dispatch(self, req: LLMRequest, pod: PodState) -> None:
         """From now on that pod likely caches the prompt's blocks."""

@@ -19,9 +19,10 @@ from cluster_gateway.scheduling.plans import Hook, Plan, compile_plan
 from cluster_gateway.scheduling.plugin import Filtered, SchedulingHandle
 from cluster_gateway.scheduling.profiles import ProfileSelector, build_profiles
 from cluster_gateway.scheduling.registry import PluginSet
+from cluster_gateway.scheduling.two_stage import CandidateSampler
 from cluster_gateway.scheduling.types import LLMRequest, ScheduleResult, SchedulingContext
 from common.config.gateway import Scheduling
-from common.errors import unavailable
+from common.errors import OpenAIError, unavailable
 from common.plugins import has_hook
 
 NO_HEALTHY = "no_healthy_endpoint"
@@ -57,7 +58,10 @@ class Scheduler:
         self._on_complete = _hooks(built, "on_complete")
         self._on_pods_changed = _hooks(built, "on_pods_changed")
         self._seen_version = -1
+        self._seen_catalog = -1
         self._positions: dict[str, int] = {}
+        self._all: list[PodState] = []
+        self._sampler = CandidateSampler(pool, config.two_stage, self._handle.rng)
 
     def profile_names(self) -> list[str]:
         return self._selector.names()
@@ -73,9 +77,9 @@ class Scheduler:
         Raises OpenAIError 404 `model_not_found` when no pod serves the model or adapter, and 503
         `no_healthy_endpoint` when pods serve it but none is usable.
         """
-        if self._pool.version != self._seen_version:
+        if self._pool.version != self._seen_version or self._pool.catalog.version != self._seen_catalog:
             self._pods_changed()
-        pods = self._pool.pods()
+        pods = self._all
         if not pods:
             raise unavailable("No model-server pods have been discovered yet.", code=NO_HEALTHY)
         plan = self._plans[self._selector.select(req.profile, req.model).name]
@@ -92,6 +96,24 @@ class Scheduler:
         )
         for prepare in plan.prepare:
             prepare(ctx, pods)
+        if self._sampler.applies(plan, pods):
+            pods, sampled = self._sampler.sample(ctx, plan, pods)
+            if sampled:
+                try:
+                    res = self._decide(ctx, plan, req, pods)
+                    if not (res.saturated or res.degraded):
+                        return res
+                except OpenAIError as e:
+                    if e.status == 404:
+                        raise
+                ctx.degraded = False  # the sample could not decide: the whole pool does
+                ctx.memo.clear()
+                pods = self._all
+        return self._decide(ctx, plan, req, pods)
+
+    def _decide(
+        self, ctx: SchedulingContext, plan: Plan, req: LLMRequest, pods: list[PodState]
+    ) -> ScheduleResult:
         pods, serving, saturated = _filter(ctx, plan, pods)
         ctx.memo.clear()
         scorers, weight_sum = (
@@ -123,11 +145,12 @@ class Scheduler:
             hook(req, pod, outcome)
 
     def _pods_changed(self) -> None:
-        pods = self._pool.pods()
+        pods = self._all = self._pool.pods()
         for hook in self._on_pods_changed:
             hook(pods)
         self._positions = {p.name: i for i, p in enumerate(pods)}
         self._seen_version = self._pool.version
+        self._seen_catalog = self._pool.catalog.version
 
     def _with_last_resorts(self, ranked: list[PodState], serving: list[PodState]) -> list[PodState]:
         """Pods the filters set aside (saturated, late metrics) still beat failing the request."""

@@ -17,7 +17,7 @@ from itertools import compress
 from typing import Any
 
 from cluster_gateway.pool import PodState
-from cluster_gateway.scheduling.adapter_memory import AdapterMemory
+from cluster_gateway.scheduling.adapter_memory import AdapterMemory, AdapterPlacement
 from cluster_gateway.scheduling.plugin import PluginBase, SchedulingHandle
 from cluster_gateway.scheduling.prefix_cache import prefix_index_of
 from cluster_gateway.scheduling.prefix_home import HashRing, prefix_key
@@ -126,6 +126,10 @@ class PrefixScorer(PluginBase):
         self.fade_depths: float = param(params, "fadeDepths", 2.0, (int, float), f"scheduling.plugins.{name}")
         self._index = prefix_index_of(handle, params, name)
 
+    def nominate(self, ctx: SchedulingContext, limit: int) -> list[str]:
+        """Two-stage picks score the pods holding the longest cached prefix."""
+        return self._index.nominate(ctx, limit)
+
     def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
         n = len(pods)
         matches = self._index.matches(ctx)
@@ -136,10 +140,12 @@ class PrefixScorer(PluginBase):
         kvt = ctx.profile.kv_usage
         q = ctx.est_queue(pods)
         out = [0.0] * n
-        for name, matched in matches.items():
-            i = ctx.position(pods, name)
-            if i is None:
-                continue  # not a candidate for this request
+        if len(matches) > n:  # a sample of a large pool: walk the candidates, not every holder
+            get = matches.get
+            found = [(i, k) for i, p in enumerate(pods) if (k := get(p.endpoint.name))]
+        else:
+            found = [(i, k) for name, k in matches.items() if (i := ctx.position(pods, name)) is not None]
+        for i, matched in found:
             damp = 1.0 - q[i] * fade
             m = pods[i].metrics
             if damp <= 0.0 or (m is not None and m.kv_usage is not None and m.kv_usage >= kvt):
@@ -167,16 +173,32 @@ class PrefixHomeScorer(PluginBase):
         self.fade_depths: float = param(params, "fadeDepths", 2.0, (int, float), where)
         self.block_chars = handle.config.prefix_cache.block_chars
         self._ring: HashRing | None = None
+        self._pods: list[PodState] = []
 
     def on_pods_changed(self, pods: list[PodState]) -> None:
+        self._pods = pods
         names = [p.endpoint.name for p in pods]
         if self._ring is None or not self._ring.has_members(names):
             self._ring = HashRing(names)  # membership changed, not just a pod's labels
 
+    def nominate(self, ctx: SchedulingContext, limit: int) -> list[str]:
+        """Two-stage picks score the prompt's two home pods."""
+        key = self._key(ctx)
+        if key is None or self._ring is None or ctx.is_adapter_request(self._pods):
+            return []
+        return self._ring.homes(key, 2)
+
+    def _key(self, ctx: SchedulingContext) -> int | None:
+        memo = ctx.request_memo
+        if "prefix_home_key" not in memo:
+            memo["prefix_home_key"] = prefix_key(ctx.request.prompt_text, self.block_chars, self.home_blocks)
+        k: int | None = memo["prefix_home_key"]
+        return k
+
     def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
         n = len(pods)
         out = [0.0] * n
-        key = prefix_key(ctx.request.prompt_text, self.block_chars, self.home_blocks)
+        key = self._key(ctx)
         if key is None or ctx.is_adapter_request(pods):
             return out
         fade = 1.0 / (self.fade_depths * ctx.profile.queue_depth)
@@ -204,6 +226,9 @@ class RawPrefixScorer(PluginBase):
         super().__init__(name, params, handle)
         self._index = prefix_index_of(handle, params, name)
 
+    def nominate(self, ctx: SchedulingContext, limit: int) -> list[str]:
+        return self._index.nominate(ctx, limit)
+
     def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
         matches = self._index.matches(ctx)
         if not matches:
@@ -227,6 +252,8 @@ class LoraScorer(PluginBase):
         super().__init__(name, params, handle)
         ttl: float = param(params, "memoryTtlS", 2.0, (int, float), f"scheduling.plugins.{name}")
         self.memory = AdapterMemory(ttl_s=float(ttl))
+        self.placement = AdapterPlacement()
+        self._pods: list[PodState] = []
         self._pool = handle.pool
         self._clock = handle.clock
 
@@ -237,7 +264,21 @@ class LoraScorer(PluginBase):
             self.memory.record(pod.name, req.model, self._clock())
 
     def on_pods_changed(self, pods: list[PodState]) -> None:
-        self.memory.retain_pods({p.name for p in pods})
+        names = {p.name for p in pods}
+        self.memory.retain_pods(names)
+        self.placement.retain_pods(names)
+        self._pods = pods
+
+    def nominate(self, ctx: SchedulingContext, limit: int) -> list[str]:
+        """Two-stage picks score the pods with the adapter resident, queued or just sent there."""
+        model = ctx.request.model
+        if not ctx.is_adapter_request(self._pods):
+            return []
+        held = self.placement.pods_with(model, self._pods, ctx.now)
+        recent = self.memory.recent_pods(model, ctx.now)
+        if recent:
+            held = recent + held
+        return held[:limit]
 
     def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
         model = ctx.request.model

@@ -94,7 +94,8 @@ class SchedulingContext:
     dead_after_failures: int
     evidence: AdapterEvidence = field(default_factory=AdapterEvidence)
     degraded: bool = False  # no candidate has fresh metrics: in-flight-only scoring
-    memo: dict[str, Any] = field(default_factory=dict)
+    memo: dict[str, Any] = field(default_factory=dict)  # per candidate list: cleared when it changes
+    request_memo: dict[str, Any] = field(default_factory=dict)  # whatever the candidates (prefix matches)
     pool_positions: dict[str, int] = field(default_factory=dict)  # pod name → index in pool order
     pool_version: int = -1  # EndpointPool.version those positions belong to
     catalog: ModelCatalog | None = None  # the pool's base-model/adapter catalog (None: read the pods)

@@ -106,9 +106,26 @@ class Profile(_Base, kw_only=True):
 
 
 class PrefixCache(_Base, kw_only=True):
+    """The approximate prefix index: block size, bounds per pod and in bytes over all pods.
+
+    `maxBytes` is the index's memory budget (blocks x 300 bytes, measured 195-290 under churn, see
+    docs/scale.md); past it the least recently used blocks go first, whichever pod holds them."""
+
     block_chars: Annotated[int, Meta(ge=4)] = 64  # 16 tokens x ~4 chars
     max_blocks_per_pod: Annotated[int, Meta(ge=1)] = 50_000
     max_prefix_blocks: Annotated[int, Meta(ge=1)] = 256
+    max_bytes: Annotated[int, Meta(ge=1_048_576)] = 268_435_456  # 256 MiB
+
+
+class TwoStage(_Base, kw_only=True):
+    """Large pools: score a sample of the candidates instead of every pod (docs/scale.md).
+
+    When more than `minPods` pods serve the requested model, a decision filters and scores `sample`
+    of them drawn at random plus the pods the plugins nominate (the prompt's prefix holders and
+    homes, the pods holding its LoRA adapter), so its cost stays flat as the pool grows. 0 = never."""
+
+    min_pods: Annotated[int, Meta(ge=0)] = 256
+    sample: Annotated[int, Meta(ge=2, le=4096)] = 32
 
 
 class Scheduling(_Base, kw_only=True):
@@ -117,6 +134,7 @@ class Scheduling(_Base, kw_only=True):
     profiles: dict[str, Profile] = msgspec.field(default_factory=dict)
     model_profiles: dict[str, str] = msgspec.field(default_factory=dict)
     prefix_cache: PrefixCache = msgspec.field(default_factory=PrefixCache)
+    two_stage: TwoStage = msgspec.field(default_factory=TwoStage)
 
 
 class Admission(_Base, kw_only=True):

@@ -153,6 +153,10 @@ class Selection(_Base, kw_only=True):
     # at most this is added to a stale cluster's predicted TTFT (growing with the report's age): keep
     # it below any cross-region latency (global_router/staleness.py)
     stale_penalty_ms: NonNegFloat = 20.0
+    # a model served by more clusters than this is decided over a short list of them: the best by
+    # live headroom, by cost, by TTFT estimate and by headroom in the client's region, plus a few at
+    # random (docs/scale.md); 0 = always score every cluster
+    max_scored: Annotated[int, Meta(ge=0, le=10_000)] = 10
 
 
 class Failover(_Base, kw_only=True):

@@ -72,12 +72,45 @@ def test_request_hashes_are_computed_once() -> None:
     assert len(r.block_hashes(32, 256)) == 20  # a different block size is recomputed
 
 
-def test_total_bound_shrinks_each_pods_share_as_the_pool_grows() -> None:
+def test_the_total_bound_evicts_the_least_recently_used_blocks_of_any_pod() -> None:
     idx = PrefixIndex(max_blocks_per_pod=100, max_total_blocks=120)
     for i in range(6):
         idx.add(f"p{i}", _h(f"{i}" * BLOCK * 60))
         assert idx.total_blocks() <= 120
-    assert idx.blocks_of("p0") == 20  # 120 / 6 pods
+    # the two most recent pods keep everything, the oldest gave their blocks back first
+    assert [idx.blocks_of(f"p{i}") for i in range(6)] == [0, 0, 0, 0, 60, 60]
+    idx.add("p0", _h("0" * BLOCK * 60))  # p0 serves again: now p4 is the least recently used
+    assert [idx.blocks_of(f"p{i}") for i in (0, 4, 5)] == [60, 0, 60]
+    assert idx.match(_h("5" * BLOCK * 60)) == {"p5": 60}
+
+
+def test_eviction_takes_a_prompts_tail_first_so_its_head_still_matches() -> None:
+    idx = PrefixIndex(max_blocks_per_pod=1000, max_total_blocks=10)
+    doc = _h("D" * BLOCK * 8)
+    idx.add("a", doc)
+    idx.add("b", _h("E" * BLOCK * 4))  # 12 blocks > 10: two of a's go, the last two
+    assert idx.match(doc) == {"a": 6}
+
+
+def test_a_quiet_pod_keeps_its_blocks_while_the_budget_has_room() -> None:
+    idx = PrefixIndex(max_blocks_per_pod=100, max_total_blocks=1000)
+    idx.add("quiet", _h("q" * BLOCK * 10))
+    for i in range(50):
+        idx.add(f"busy{i % 5}", _h(f"{i:03d}" * BLOCK))
+    assert idx.blocks_of("quiet") == 10
+
+
+def test_many_holders_match_like_few() -> None:
+    idx = PrefixIndex(max_blocks_per_pod=1000)
+    doc = "M" * BLOCK * 6
+    for i in range(12):  # past the tuple size: a set of holders
+        idx.add(f"p{i}", _h(doc[: BLOCK * (1 + i % 6)]))
+    m = idx.match(_h(doc))
+    assert m == {f"p{i}": 1 + i % 6 for i in range(12)}
+    assert list(m.values()) == sorted(m.values())  # the longest last
+    for i in range(12):
+        idx.remove_pod(f"p{i}")
+    assert idx.match(_h(doc)) == {} and idx.total_blocks() == 0
 
 
 def test_shared_and_single_holders_match_the_same_way() -> None:
@@ -91,3 +124,29 @@ def test_shared_and_single_holders_match_the_same_way() -> None:
     assert idx.match(_h(doc)) == {"b": 3}  # back to one holder
     idx.remove_pod("b")
     assert idx.match(_h(doc)) == {}
+
+
+def test_the_byte_budget_holds_under_churn() -> None:
+    """Measured, not assumed: everything the index keeps alive stays within `maxBytes` (plus a
+    per-pod overhead of ~1-2 KB, noise at real budgets: 20 pods here)."""
+    import gc
+    import random
+    import tracemalloc
+
+    rng = random.Random(3)
+    systems = [f"system prompt {k} " * 60 for k in range(4)]
+    budget = 3 * 1024 * 1024
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        idx = PrefixIndex.for_bytes(budget, max_blocks_per_pod=50_000)
+        for i in range(3500):  # ~2.5 x the budget's blocks: full and evicting
+            prompt = (rng.choice(systems) if i % 3 else "") + f"user {i} " * rng.randint(10, 60)
+            idx.add(f"pod-{rng.randrange(20)}", _h(prompt))
+        gc.collect()
+        used = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    assert idx.total_blocks() == idx.max_total_blocks  # the budget, not the per-pod bound, binds
+    assert used <= budget + 20 * 2048

@@ -28,6 +28,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from common.asgi import ClientGone, read_body, run_until_disconnect
 from common.config.router import GlobalRouterConfig
 from common.errors import OpenAIError, error_body, not_found_model
+from common.genai_metrics import TAIL_BYTES, operation_name, usage_from_tail
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, parse_request
 from common.request_log import REQUEST_ID_HEADER, RequestRecord, request_id, with_request_id
 from common.telemetry import data_path_span, spans_exported
@@ -41,6 +42,7 @@ from global_router.metrics import (
     CANCELLED,
     CLIENT_ERROR,
     FAILED,
+    OK,
     REJECTED,
     UPSTREAM_ERROR,
     RateMeter,
@@ -126,6 +128,8 @@ class CompletionHandler:
             finally:
                 otel_context.detach(token)
         finally:
+            ok = rec.outcome == OK
+            self.s.metrics.genai.observe(rec, operation_name(scope["path"]), ok, time.monotonic())
             rec.write(self.s.cfg.access_log)
 
     async def _handle(
@@ -270,6 +274,14 @@ class CompletionHandler:
                 rec.status, rec.attempts = delivery.status, delivery.attempts
                 if used and delivery.ok:
                     rec.completion_tokens = max(0, used - fwd.prompt_tokens)
+                    # the model server's own split where it gave one (else: the estimate above)
+                    split = (
+                        (delivery.usage.prompt, delivery.usage.completion)
+                        if delivery.body is None
+                        else usage_from_tail(delivery.body[-TAIL_BYTES:])
+                    )
+                    if split is not None and split[0] is not None and split[1] is not None:
+                        rec.prompt_tokens, rec.completion_tokens = split[0], split[1]
 
 
 def build_app(s: RouterServices) -> Litestar:
@@ -374,7 +386,7 @@ def build_app(s: RouterServices) -> Litestar:
         )
         return openai_error_response(err)
 
-    @get("/metrics", sync_to_thread=False)
+    @get("/metrics", sync_to_thread=True)  # a render does not hold the event loop
     def metrics() -> Response[bytes]:
         _update_gauges()
         # the router's own registry, then the process-wide one (capacity server, process stats)

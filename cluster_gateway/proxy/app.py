@@ -18,7 +18,7 @@ import msgspec
 from opentelemetry import context as otel_context
 
 from cluster_gateway.auth import GatewayAuthenticator
-from cluster_gateway.observability import CANCELLED, REJECTED, SHED, GatewayMetrics
+from cluster_gateway.observability import CANCELLED, OK, REJECTED, SHED, GatewayMetrics
 from cluster_gateway.pool import EndpointPool
 from cluster_gateway.proxy.forward import Forwarder, NoPodAnswered, StreamBroken
 from cluster_gateway.request_path.dispatch import Dispatcher
@@ -28,6 +28,7 @@ from cluster_gateway.request_path.readiness import readiness
 from common.asgi import ClientGone, ResponseAborted, read_body, run_until_disconnect
 from common.config.gateway import GatewayAuth, Proxy
 from common.errors import OpenAIError
+from common.genai_metrics import TAIL_BYTES, operation_name, usage_from_tail
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, ParsedRequest, parse_request
 from common.request_log import REQUEST_ID_HEADER, RequestRecord, request_id, with_request_id
 from common.telemetry import extract_context
@@ -56,6 +57,8 @@ class _RequestState:
     profile: str = "-"
     counted: bool = False  # the forwarder took over outcome accounting
     done: bool = False  # the last response byte was handed to the server
+    tail: bytes = b""  # the last two body chunks sent: the usage object is in them (no parsing here)
+    prev: bytes = b""
 
 
 async def send_json(send: Send, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
@@ -168,6 +171,11 @@ class ProxyApp:
             await send_error(send, err)
         finally:
             rec.profile = state.profile
+            if rec.outcome == OK:
+                usage = usage_from_tail((state.prev + state.tail)[-TAIL_BYTES:])
+                if usage is not None:
+                    rec.prompt_tokens, rec.completion_tokens = usage
+            self.metrics.request_finished(rec, operation_name(path))
             rec.write(self.access_log)
 
     async def _serve_until_disconnect(
@@ -189,8 +197,11 @@ class ProxyApp:
         ctx = extract_context(headers)
 
         async def guarded_send(msg: Message) -> None:
-            if msg["type"] == "http.response.body" and not msg.get("more_body", False):
-                state.done = True
+            if msg["type"] == "http.response.body":
+                if chunk := msg.get("body"):
+                    state.prev, state.tail = state.tail, chunk
+                if not msg.get("more_body", False):
+                    state.done = True
             await send(msg)
 
         async def work() -> None:
@@ -231,7 +242,7 @@ class ProxyApp:
         await send_json(send, 200 if r.ready else 503, body)
 
     async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body, ctype = self.metrics.render()
+        body, ctype = await self.metrics.render_async()  # cached ≤ 1 s, rendered off the loop
         await send(
             {
                 "type": "http.response.start",

@@ -408,6 +408,15 @@ def build_app(s: RouterServices) -> Litestar:
             if not isinstance(doc, dict) or not isinstance(doc.get("drain", True), bool):
                 raise OpenAIError(400, "'drain' must be a boolean.", param="drain")
             drain_on = bool(doc.get("drain", True))
+        if not _known_cluster(cluster_id):  # a mistyped id must not look like a drain that worked
+            raise OpenAIError(
+                404,
+                f"Unknown cluster {cluster_id!r}: it has not reported to this router, is not a "
+                "configured agent and is not drained.",
+                param="cluster_id",
+                code="cluster_not_found",
+                type="invalid_request_error",
+            )
         try:
             await s.fleet.set_router_drain(cluster_id, drain_on)
         except FleetViewError as exc:
@@ -419,6 +428,32 @@ def build_app(s: RouterServices) -> Litestar:
             msgspec.json.encode({"cluster_id": cluster_id, "router_drain": drain_on}),
             media_type=MediaType.JSON,
         )
+
+    configured = frozenset(a.cluster_id for a in s.cfg.capacity.agents)
+
+    def _known_cluster(cluster_id: str) -> bool:
+        """Reported (fresh or stale), configured as an agent, or already drained (to undrain it)."""
+        return (
+            cluster_id in configured
+            or s.fleet.get(cluster_id) is not None
+            or s.fleet.router_drained(cluster_id)
+        )
+
+    @get("/admin/drains", sync_to_thread=False)
+    def list_drains(request: Request[Any, Any, Any]) -> Response[bytes]:
+        """Clusters out of rotation: drained by an operator here, or draining by their own report."""
+        check_admin(request.headers.get("authorization"), s.cfg.admin_key_sha256)
+        states = {c.cluster_id: c for c in s.fleet.snapshot()}
+        drains = [
+            {"cluster_id": cid, "by": "operator", "reported": cid in states}
+            for cid in s.fleet.router_drains()
+        ]
+        drains += [
+            {"cluster_id": cid, "by": "cluster", "reported": True}
+            for cid, c in sorted(states.items())
+            if c.draining and not c.router_drain
+        ]
+        return Response(msgspec.json.encode({"object": "list", "data": drains}), media_type=MediaType.JSON)
 
     def on_openai_error(_: Request[Any, Any, Any], exc: OpenAIError) -> Response[bytes]:
         return openai_error_response(exc)
@@ -445,6 +480,7 @@ def build_app(s: RouterServices) -> Litestar:
             ready,
             metrics,
             drain,
+            list_drains,
         ],
         exception_handlers={OpenAIError: on_openai_error, HTTPException: on_http_error, Exception: on_error},
         openapi_config=None,

@@ -236,10 +236,16 @@ class ProxyApp:
 
     async def _ready(self, scope: Scope, receive: Receive, send: Send) -> None:
         r = readiness(self.pool.pods(), time.monotonic())  # degraded still serves: see readiness.py
-        body = msgspec.json.encode(
-            {"ready": r.ready, "pods": r.pods, "readyPods": r.ready_pods, "degraded": r.degraded}
-        )
-        await send_json(send, 200 if r.ready else 503, body)
+        doc: dict[str, Any] = {
+            "ready": r.ready,
+            "pods": r.pods,
+            "readyPods": r.ready_pods,
+            "degraded": r.degraded,
+        }
+        if not r.ready:  # an OpenAI-shaped error too, like every other error a client can see
+            why = "no pod is known yet" if not r.pods else "no pod is ready (fresh metrics, not ejected)"
+            doc.update(OpenAIError(503, f"Not ready: {why}.", code="gateway_not_ready").body())
+        await send_json(send, 200 if r.ready else 503, msgspec.json.encode(doc))
 
     async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
         body, ctype = await self.metrics.render_async()  # cached ≤ 1 s, rendered off the loop

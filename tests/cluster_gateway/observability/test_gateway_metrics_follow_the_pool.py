@@ -83,20 +83,31 @@ def test_a_rollout_does_not_grow_the_body() -> None:
     assert max(sizes) - min(sizes) < 0.02 * min(sizes), sizes
 
 
-async def test_renders_are_cached_for_a_second_and_shared() -> None:
+async def test_renders_are_reused_for_a_while_and_shared() -> None:
     pool = _pool(["pod-a"])
     metrics = GatewayMetrics()
     metrics.watch_pool(pool, lambda: 0)
     now = [100.0]
     metrics._clock = lambda: now[0]
+    took = iter([0.2, 0.2, 0.2, 0.001])  # perf_counter pairs: a render that took 0.2 s... then 1 ms
+    ticks = [0.0]
+
+    def perf_counter() -> float:
+        ticks[0] += next(took, 0.001) / 2
+        return ticks[0]
+
+    metrics._timer = perf_counter
     first, _ = await metrics.render_async()
     _served(metrics, "pod-a")
     now[0] += 0.5
     cached, _ = await metrics.render_async()
-    assert cached is first  # within the second: the same body, no new render
+    assert cached is first  # a 0.2 s render is reused for up to RENDER_CACHE_S (1 s)
     now[0] += 0.6
     fresh, _ = await metrics.render_async()
     assert fresh != first and b'pod="pod-a"' in fresh
     now[0] += 1.5
     a, b = await asyncio.gather(metrics.render_async(), metrics.render_async())
     assert a[0] is b[0]  # two scrapers at once: one render
+    _served(metrics, "pod-a")
+    now[0] += 0.03  # that render took 1 ms: reused for 20 ms only
+    assert (await metrics.render_async())[0] != a[0]

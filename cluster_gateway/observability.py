@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 from opentelemetry import trace
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
@@ -25,6 +25,12 @@ from prometheus_client.registry import Collector
 
 from cluster_gateway.pool import EndpointPool
 from cluster_gateway.request_path.readiness import readiness
+from cluster_gateway.workers.metrics_feed import (
+    MergedRegistry,
+    ProcessGroupMetrics,
+    ShippedSample,
+    counter_samples,
+)
 from common.fast_metrics import FastCounter, FastHistogram
 from common.genai_metrics import DURATION_BUCKETS, TOKEN_BUCKETS, TTFT_BUCKETS, LabelCap
 from common.request_log import RequestRecord
@@ -174,6 +180,10 @@ class GatewayMetrics:
         self._timer: Callable[[], float] = time.perf_counter
         self._cached: tuple[float, bytes] | None = None
         self._rendering: asyncio.Future[bytes] | None = None
+        # --workers (cluster_gateway/workers/metrics_feed.py): the gateway process adds its workers'
+        # samples (`group`); a worker serves the gateway process's aggregate (`remote_render`)
+        self.group: ProcessGroupMetrics | None = None
+        self.remote_render: Callable[[], Awaitable[bytes]] | None = None
 
     def watch_pool(self, pool: EndpointPool, queue_length: Callable[[], int]) -> None:
         self._pool = pool
@@ -215,13 +225,30 @@ class GatewayMetrics:
                 dropped += 1
         return dropped
 
+    def shipped_samples(self) -> list[ShippedSample]:
+        """A worker's counters for the gateway process (departed pods' series pruned first)."""
+        self.prune()
+        return counter_samples(self.registry)
+
+    def _keep(self, labels: dict[str, str]) -> bool:
+        pod = labels.get("pod")
+        return pod is None or pod == _NO_POD or (self._pool is not None and self._pool.get(pod) is not None)
+
+    def _renderable(self) -> CollectorRegistry | MergedRegistry:
+        if self.group is None:
+            return self.registry
+        self.group.prune(self._keep)
+        return MergedRegistry(self.registry, self.group, self._keep)
+
     def render(self) -> tuple[bytes, str]:
         self.prune()
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        return generate_latest(self._renderable()), CONTENT_TYPE_LATEST  # type: ignore[arg-type]
 
     async def render_async(self) -> tuple[bytes, str]:
         """`render()` computed in a thread and reused for a while (see the module docstring);
         concurrent scrapes share one render. `_cached` = (valid until, body)."""
+        if self.remote_render is not None:  # a worker: the whole group's body, from the gateway process
+            return await self.remote_render(), CONTENT_TYPE_LATEST
         now = self._clock()
         if self._cached is not None and now < self._cached[0]:
             return self._cached[1], CONTENT_TYPE_LATEST
@@ -234,7 +261,7 @@ class GatewayMetrics:
         try:
             self.prune()  # on the loop: it mutates what requests also touch
             t0 = self._timer()
-            body = await asyncio.to_thread(generate_latest, self.registry)
+            body = await asyncio.to_thread(generate_latest, self._renderable())  # type: ignore[arg-type]
             took = self._timer() - t0
             self._cached = (now + min(RENDER_CACHE_S, _CACHE_PER_RENDER_S * took), body)
             return body

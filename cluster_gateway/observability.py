@@ -15,6 +15,7 @@ gateway (a render of a few ms) still answers with current values (docs/observabi
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
 
@@ -36,6 +37,7 @@ from common.genai_metrics import DURATION_BUCKETS, TOKEN_BUCKETS, TTFT_BUCKETS, 
 from common.request_log import RequestRecord
 
 tracer = trace.get_tracer("fleetgate.cluster_gateway")
+log = logging.getLogger("fleetgate.gateway.metrics")
 
 # Outcomes a request can end with (label `outcome`).
 OK = "ok"
@@ -248,7 +250,12 @@ class GatewayMetrics:
         """`render()` computed in a thread and reused for a while (see the module docstring);
         concurrent scrapes share one render. `_cached` = (valid until, body)."""
         if self.remote_render is not None:  # a worker: the whole group's body, from the gateway process
-            return await self.remote_render(), CONTENT_TYPE_LATEST
+            try:
+                return await self.remote_render(), CONTENT_TYPE_LATEST
+            except TimeoutError:  # the gateway process did not answer in time: this process's own
+                log.warning("no /metrics aggregate from the gateway process; serving this worker's own")
+                self.prune()
+                return generate_latest(self.registry), CONTENT_TYPE_LATEST
         now = self._clock()
         if self._cached is not None and now < self._cached[0]:
             return self._cached[1], CONTENT_TYPE_LATEST

@@ -117,9 +117,14 @@ async def test_request_id_through_both_tiers_and_the_series_operators_need(
             assert line.__dict__["completion_tokens"] == usage["completion_tokens"]
         assert pod_ids.count("abc") == 1 and "abc-stream" in pod_ids  # the id reached the pod
 
+        unknown = {**body, "model": "made-up-model"}  # refused: a client's name must not become a series
+        r = await client.post(f"{router.url}/v1/chat/completions", json=unknown, headers=headers)
+        assert r.status_code == 404 and r.headers["x-request-id"] == "abc"
+
         router_text = (await client.get(f"{router.url}/metrics")).text
         gateway_text = (await client.get(f"{cluster.gateway.url}/metrics")).text
 
+    assert "made-up-model" not in router_text and "made-up-model" not in gateway_text
     rf = _families(router_text)
     assert rf["fleetgate_capacity_agent_streams"].samples[0].value == 1.0
     accepted = [s for s in rf["fleetgate_capacity_reports"].samples if s.name.endswith("_total")]

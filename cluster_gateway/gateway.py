@@ -66,7 +66,8 @@ class ClusterGateway:
         self.admission = self.data.admission
         self.dispatcher = self.data.dispatcher
         self.outliers = self.data.outliers
-        self.metrics.watch_pool(self.pool, lambda: len(self.admission))
+        # the queue gauge counts every process's queue (the workers' through the feed)
+        self.metrics.watch_pool(self.pool, lambda: sum(self._queued_by_model().values()))
         self.workers = max(1, workers)
         self._feed_dir: tempfile.TemporaryDirectory[str] | None = None
         self.publisher: PoolPublisher | None = None
@@ -74,6 +75,8 @@ class ClusterGateway:
         if self.workers > 1:
             self._feed_dir = tempfile.TemporaryDirectory(prefix="fleetgate-feed-")
             self.publisher = PoolPublisher(self.pool, os.path.join(self._feed_dir.name, "feed.sock"))
+            self.metrics.group = self.publisher.group  # /metrics: the whole process group's
+            self.publisher.render = lambda: self._render_metrics()
         self.auth = self.data.auth  # built with the data plane: a missing secret is a ConfigError here
         self._background: list[tuple[str, BackgroundRun]] = [
             ("discovery", lambda: self.discovery.run(self.pool)),
@@ -96,6 +99,9 @@ class ClusterGateway:
         self._serving = False
         self.bound_port = 0
         self.extproc_port = 0
+
+    async def _render_metrics(self) -> bytes:
+        return (await self.metrics.render_async())[0]
 
     def _queued_by_model(self) -> dict[str, int]:
         """Requests waiting in this process's admission queue and in every worker's."""

@@ -45,6 +45,8 @@ class PodPerf:
     footprint_tokens: float | None = None  # mean prompt + output tokens per request (KV per request)
     running_cap: int | None = None  # most requests seen running while others waited with KV to spare
     admit_gap_s: float | None = None  # window / requests leaving the engine queue in it (None: none did)
+    speed_age_s: float = 0.0  # since a request last finished (the speed figures' age, see ServiceModel)
+    cap_age_s: float = 0.0  # since `running_cap` was last seen holding
 
 
 @dataclass(slots=True)

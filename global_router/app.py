@@ -28,6 +28,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from common.asgi import ClientGone, read_body, run_until_disconnect
 from common.config.router import GlobalRouterConfig
 from common.errors import OpenAIError, error_body, not_found_model
+from common.genai_metrics import TAIL_BYTES, operation_name, usage_from_tail
 from common.http import Receive, Scope, Send, send_error
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, parse_request
 from common.request_log import REQUEST_ID_HEADER, RequestRecord, request_id, with_request_id
@@ -42,6 +43,7 @@ from global_router.metrics import (
     CANCELLED,
     CLIENT_ERROR,
     FAILED,
+    OK,
     REJECTED,
     UPSTREAM_ERROR,
     RateMeter,
@@ -115,6 +117,8 @@ class CompletionHandler:
             finally:
                 otel_context.detach(token)
         finally:
+            ok = rec.outcome == OK
+            self.s.metrics.genai.observe(rec, operation_name(scope["path"]), ok, time.monotonic())
             rec.write(self.s.cfg.access_log)
 
     async def _handle(
@@ -254,6 +258,14 @@ class CompletionHandler:
                 rec.status, rec.attempts = delivery.status, delivery.attempts
                 if used and delivery.ok:
                     rec.completion_tokens = max(0, used - fwd.prompt_tokens)
+                    # the model server's own split where it gave one (else: the estimate above)
+                    split = (
+                        (delivery.usage.prompt, delivery.usage.completion)
+                        if delivery.body is None
+                        else usage_from_tail(delivery.body[-TAIL_BYTES:])
+                    )
+                    if split is not None and split[0] is not None and split[1] is not None:
+                        rec.prompt_tokens, rec.completion_tokens = split[0], split[1]
 
 
 def build_app(s: RouterServices) -> Litestar:
@@ -354,7 +366,7 @@ def build_app(s: RouterServices) -> Litestar:
             err = OpenAIError(503, "Draining: this replica is shutting down.", code="router_draining")
         return openai_error_response(err)
 
-    @get("/metrics", sync_to_thread=False)
+    @get("/metrics", sync_to_thread=True)  # a render does not hold the event loop
     def metrics() -> Response[bytes]:
         _update_gauges()
         # the router's own registry, then the process-wide one (capacity server, process stats)
@@ -376,6 +388,15 @@ def build_app(s: RouterServices) -> Litestar:
             if not isinstance(doc, dict) or not isinstance(doc.get("drain", True), bool):
                 raise OpenAIError(400, "'drain' must be a boolean.", param="drain")
             drain_on = bool(doc.get("drain", True))
+        if not _known_cluster(cluster_id):  # a mistyped id must not look like a drain that worked
+            raise OpenAIError(
+                404,
+                f"Unknown cluster {cluster_id!r}: it has not reported to this router, is not a "
+                "configured agent and is not drained.",
+                param="cluster_id",
+                code="cluster_not_found",
+                type="invalid_request_error",
+            )
         try:
             await s.fleet.set_router_drain(cluster_id, drain_on)
         except FleetViewError as exc:
@@ -387,6 +408,32 @@ def build_app(s: RouterServices) -> Litestar:
             msgspec.json.encode({"cluster_id": cluster_id, "router_drain": drain_on}),
             media_type=MediaType.JSON,
         )
+
+    configured = frozenset(a.cluster_id for a in s.cfg.capacity.agents)
+
+    def _known_cluster(cluster_id: str) -> bool:
+        """Reported (fresh or stale), configured as an agent, or already drained (to undrain it)."""
+        return (
+            cluster_id in configured
+            or s.fleet.get(cluster_id) is not None
+            or s.fleet.router_drained(cluster_id)
+        )
+
+    @get("/admin/drains", sync_to_thread=False)
+    def list_drains(request: Request[Any, Any, Any]) -> Response[bytes]:
+        """Clusters out of rotation: drained by an operator here, or draining by their own report."""
+        check_admin(request.headers.get("authorization"), s.cfg.admin_key_sha256)
+        states = {c.cluster_id: c for c in s.fleet.snapshot()}
+        drains = [
+            {"cluster_id": cid, "by": "operator", "reported": cid in states}
+            for cid in s.fleet.router_drains()
+        ]
+        drains += [
+            {"cluster_id": cid, "by": "cluster", "reported": True}
+            for cid, c in sorted(states.items())
+            if c.draining and not c.router_drain
+        ]
+        return Response(msgspec.json.encode({"object": "list", "data": drains}), media_type=MediaType.JSON)
 
     def on_openai_error(_: Request[Any, Any, Any], exc: OpenAIError) -> Response[bytes]:
         return openai_error_response(exc)
@@ -413,6 +460,7 @@ def build_app(s: RouterServices) -> Litestar:
             ready,
             metrics,
             drain,
+            list_drains,
         ],
         exception_handlers={OpenAIError: on_openai_error, HTTPException: on_http_error, Exception: on_error},
         openapi_config=None,

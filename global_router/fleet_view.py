@@ -92,6 +92,10 @@ class FleetView(Protocol):
         """Whether an operator drained this cluster at the router (even before it ever reported)."""
         ...
 
+    def router_drains(self) -> list[str]:
+        """Every cluster an operator drained at the router, sorted (`GET /admin/drains`)."""
+        ...
+
     async def publish(self, state: ClusterState) -> None: ...
 
     async def set_router_drain(self, cluster_id: str, drain: bool) -> None: ...
@@ -211,6 +215,9 @@ class MemoryFleetView:
     def router_drained(self, cluster_id: str) -> bool:
         return cluster_id in self._cache.drains
 
+    def router_drains(self) -> list[str]:
+        return sorted(self._cache.drains)
+
     async def publish(self, state: ClusterState) -> None:
         self._cache.put(state, only_if_newer=False)
 
@@ -295,6 +302,9 @@ class RedisFleetView:
 
     def router_drained(self, cluster_id: str) -> bool:
         return cluster_id in self._cache.drains
+
+    def router_drains(self) -> list[str]:
+        return sorted(self._cache.drains)
 
     @property
     def redis_ok(self) -> bool:

@@ -8,6 +8,10 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from common.fast_metrics import FastHistogram
+from common.genai_metrics import DURATION_BUCKETS, TOKEN_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS, LabelCap
+from common.request_log import RequestRecord
+
 # request outcomes
 OK = "ok"
 CLIENT_ERROR = "client_error"  # 4xx from upstream, passed through
@@ -87,6 +91,63 @@ class RouterMetrics:
             ["cluster"],
             registry=r,
         )
+        self.genai = GenAIMetrics(r)
+
+
+_GENAI = ["gen_ai_operation_name", "gen_ai_request_model", "tenant", "traffic_class", "cluster"]
+
+
+class GenAIMetrics:
+    """The OpenTelemetry GenAI series of the router (see `common.genai_metrics`), by model, tenant,
+    traffic class and the cluster that answered, filled once per request from its access-log record."""
+
+    def __init__(self, r: CollectorRegistry) -> None:
+        self.duration = FastHistogram(
+            "gen_ai_server_request_duration_seconds",
+            "End-to-end request duration at the global router (error_type empty when it succeeded)",
+            [*_GENAI, "error_type"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.ttft = FastHistogram(
+            "gen_ai_server_time_to_first_token_seconds",
+            "Time from the request's arrival to the first response byte sent to the client",
+            _GENAI,
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.tpot = FastHistogram(
+            "gen_ai_server_time_per_output_token_seconds",
+            "Mean time per output token after the first, per streamed request",
+            _GENAI,
+            buckets=TPOT_BUCKETS,
+            registry=r,
+        )
+        self.tokens = FastHistogram(
+            "gen_ai_client_token_usage",
+            "Tokens per request by type (input = prompt, output = completion), from the model server's usage",
+            [*_GENAI, "gen_ai_token_type"],
+            buckets=TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.models = LabelCap()
+
+    def observe(self, rec: RequestRecord, operation: str, ok: bool, now: float) -> None:
+        """One finished request. Rejected requests carry model "-": a client-chosen name that was
+        never routed must not become a series (`LabelCap` bounds the rest)."""
+        model = self.models.value(rec.model) if rec.target != "-" else "-"
+        labels = (operation, model, rec.tenant, rec.traffic_class, rec.target)
+        duration = now - rec.started
+        self.duration.labels(*labels, "" if ok else rec.outcome).observe(duration)
+        if not ok:
+            return
+        if rec.ttft_s is not None:
+            self.ttft.labels(*labels).observe(rec.ttft_s)
+        if rec.prompt_tokens is not None and rec.completion_tokens is not None:
+            self.tokens.labels(*labels, "input").observe(rec.prompt_tokens)
+            self.tokens.labels(*labels, "output").observe(rec.completion_tokens)
+            if rec.stream and rec.ttft_s is not None and rec.completion_tokens > 1:
+                self.tpot.labels(*labels).observe((duration - rec.ttft_s) / (rec.completion_tokens - 1))
 
 
 class RateMeter:

@@ -37,12 +37,14 @@ def usage_from_body(body: bytes) -> int | None:
 class StreamUsage:
     """Feeds on SSE bytes as they pass; knows the reported usage or the number of content chunks."""
 
-    __slots__ = ("_buf", "chunks", "reported")
+    __slots__ = ("_buf", "chunks", "completion", "prompt", "reported")
 
     def __init__(self) -> None:
         self._buf = b""
         self.chunks = 0
         self.reported: int | None = None
+        self.prompt: int | None = None  # the reported split, for the token metrics
+        self.completion: int | None = None
 
     def feed(self, data: bytes) -> None:
         buf = self._buf + data
@@ -69,9 +71,13 @@ class StreamUsage:
             except msgspec.DecodeError:
                 return
             if isinstance(doc, dict):
-                total = usage_total(doc.get("usage"))
-                if total is not None:
+                usage = doc.get("usage")
+                total = usage_total(usage)
+                if total is not None and isinstance(usage, dict):
                     self.reported = total
+                    p, c = usage.get("prompt_tokens"), usage.get("completion_tokens")
+                    if isinstance(p, int) and isinstance(c, int):
+                        self.prompt, self.completion = p, c
                 if doc.get("choices"):
                     self.chunks += 1
             return

@@ -40,10 +40,22 @@ over ready pods and divided by GPUs per pod): Tier 2 divides $/GPU-hour by it to
 cost per token, since a cheap GPU that decodes slowly can cost more per token than a fast one.
 With no traffic and no `podPerformance`, pods of different speed look alike: only the KV pool tells
 them apart, so set `capacity.podPerformance` for clusters whose pods are slow.
+
+Idle pods keep what they measured. Real vLLM exports no `max_num_seqs`, so a cap learned under load
+is all the agent knows of it; dropping it (and the speed figures) when traffic stops made an idle
+cluster's headroom jump from 4 to 260 a pod and its tokens/s per GPU 35x, which the router's cost
+ranking read as a cluster suddenly 35x cheaper. Instead each measured figure ages: for
+`MEASURED_GRACE_S` after it was last seen it counts whole, then its weight w halves every
+`capacity.measuredHalfLifeS` (default 30 min) and the figure used is measured^w x fallback^(1-w),
+the fallback being what the pod would use had it never measured (podPerformance, else the
+defaults above). Geometric, not linear: from a cap of 4 toward 256 the first half-life reaches 32,
+not 130. The speed figures' age is the time since a request last finished on the pod; the cap's,
+since it was last seen holding.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -63,6 +75,7 @@ class ServiceModel:
     default_concurrency: int = 16  # idle pods and engines without a KV gauge (TGI)
     max_concurrency: int = 256  # clamp for the KV-derived estimate (vLLM's default max_num_seqs)
     max_running: int | None = None  # the engines' configured cap, when the spec gives it
+    measured_half_life_s: float = 1800.0  # how fast an idle pod's measured figures age (docstring)
 
     @property
     def service_s(self) -> float:
@@ -70,6 +83,23 @@ class ServiceModel:
 
 
 DEFAULT_SERVICE = ServiceModel()
+MEASURED_GRACE_S = 120.0  # a measured figure counts whole this long after it was last seen
+
+
+def measured_weight(age_s: float, half_life_s: float) -> float:
+    """How much a figure measured `age_s` ago counts against the fallback (1 = whole)."""
+    if age_s <= MEASURED_GRACE_S:
+        return 1.0
+    return 0.5 ** ((age_s - MEASURED_GRACE_S) / half_life_s)
+
+
+def aged(measured: float | None, fallback: float, weight: float) -> float:
+    """measured^w x fallback^(1-w): the measured figure while fresh, drifting to the fallback."""
+    if measured is None or measured <= 0:
+        return fallback
+    if weight >= 1.0 or fallback <= 0:
+        return measured
+    return math.exp(weight * math.log(measured) + (1.0 - weight) * math.log(fallback))
 
 
 def service_model(spec: GatewaySpec, base: ServiceModel = DEFAULT_SERVICE) -> ServiceModel:
@@ -83,6 +113,7 @@ def service_model(spec: GatewaySpec, base: ServiceModel = DEFAULT_SERVICE) -> Se
         default_concurrency=base.default_concurrency,
         max_concurrency=base.max_concurrency,
         max_running=hint.max_running_requests or base.max_running,
+        measured_half_life_s=spec.capacity.measured_half_life_s,
     )
 
 
@@ -119,12 +150,15 @@ def pooled_perf(pods: Iterable[PodState]) -> PodPerf:
         return sum(values) / len(values) if values else None
 
     cap = mean("running_cap")
+    capped = [perf.cap_age_s for perf in perfs if perf.running_cap is not None]
     return PodPerf(
         prefill_s=mean("prefill_s"),
         service_s=mean("service_s"),
         itl_s=mean("itl_s"),
         footprint_tokens=mean("footprint_tokens"),
         running_cap=round(cap) if cap is not None else None,
+        speed_age_s=mean("speed_age_s") or 0.0,
+        cap_age_s=sum(capped) / len(capped) if capped else 0.0,
     )
 
 
@@ -140,6 +174,10 @@ def _merge(own: PodPerf | None, pooled: PodPerf) -> PodPerf:
         else pooled.footprint_tokens,
         running_cap=own.running_cap if own.running_cap is not None else pooled.running_cap,
         admit_gap_s=own.admit_gap_s,  # the pod's own queue only: a pod that admitted nothing has none
+        speed_age_s=own.speed_age_s
+        if own.itl_s is not None or own.service_s is not None
+        else pooled.speed_age_s,
+        cap_age_s=own.cap_age_s if own.running_cap is not None else pooled.cap_age_s,
     )
 
 
@@ -148,11 +186,20 @@ def pod_speed(
 ) -> PodSpeed:
     """`pooled` (see `pooled_perf`) fills in figures the pod has not measured itself."""
     perf = _merge(m.perf, pooled) if pooled is not None else (m.perf or PodPerf())
-    decode = 1.0 / perf.itl_s if perf.itl_s else svc.decode_tokens_per_s
-    service = perf.service_s or svc.mean_output_tokens / decode
-    prefill = perf.prefill_s if perf.prefill_s is not None else svc.prefill_ms / 1000.0
-    cap = perf.running_cap or svc.max_running
+    w = measured_weight(perf.speed_age_s, svc.measured_half_life_s)  # idle pods age: see the docstring
+    decode = aged(1.0 / perf.itl_s if perf.itl_s else None, svc.decode_tokens_per_s, w)
+    service = aged(perf.service_s, svc.mean_output_tokens / svc.decode_tokens_per_s, w)
+    if not perf.service_s:
+        service = svc.mean_output_tokens / decode
+    prefill = aged(perf.prefill_s, svc.prefill_ms / 1000.0, w)
     kv_bound = _kv_bound(m, perf, svc)
+    cap: float | None = svc.max_running
+    if perf.running_cap:  # fractional while it ages: a whole-number step from 4 to 5 is a 25% jump
+        fallback = svc.max_running or (
+            svc.max_concurrency if kv_bound is not None else svc.default_concurrency
+        )
+        w_cap = measured_weight(perf.cap_age_s, svc.measured_half_life_s)
+        cap = max(1.0, aged(float(perf.running_cap), float(fallback), w_cap))
     if kv_bound is not None:
         limit = float(cap or svc.max_concurrency)
         concurrency = min(limit, kv_bound)

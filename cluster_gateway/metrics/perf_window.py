@@ -9,7 +9,11 @@ the gauges: a running count that holds still for `cap_hold_s` while requests wai
 KV has room and requests finish (freed slots went to waiting requests, and no more were let in).
 Without the finishes a long prefill step would pass for a cap, and without the hold the brief
 wait of each new arrival for the next engine step would. A plateau under prefill-bound load still
-can, so a learned cap lapses `cap_ttl_s` after it was last seen.
+can: a "cap" the engine later runs past is raised to what it ran. Nothing measured is dropped when
+traffic stops: the figures carry their age (`speed_age_s`, since a request last finished;
+`cap_age_s`, since the cap was last seen holding) and the service model ages them slowly toward
+the configured fallback (`cluster_gateway.agent.service_model`), so an idle pod's capacity does
+not jump back to defaults a minute after its last request.
 The mean gap between admissions (window / requests that left the engine queue in it, from the
 queue-time histogram's count) bounds how long each queued request holds up the next: see
 `cluster_gateway.agent.service_model`.
@@ -46,7 +50,9 @@ def _difference(means: dict[str, float], a: str, b: str) -> float | None:
     return None
 
 
-def derive_perf(means: dict[str, float], running_cap: int | None) -> PodPerf:
+def derive_perf(
+    means: dict[str, float], running_cap: int | None, *, speed_age_s: float = 0.0, cap_age_s: float = 0.0
+) -> PodPerf:
     """PodPerf from per-figure means: prefill = prefill phase, else TTFT - queue time; a running
     slot is held for the inference phase, else end-to-end - queue time."""
     prefill = means.get("prefill", _difference(means, "ttft", "queue"))
@@ -61,6 +67,8 @@ def derive_perf(means: dict[str, float], running_cap: int | None) -> PodPerf:
         footprint_tokens=footprint if footprint else None,
         running_cap=running_cap,
         admit_gap_s=means.get("admit_gap") or None,
+        speed_age_s=speed_age_s,
+        cap_age_s=cap_age_s,
     )
 
 
@@ -77,15 +85,15 @@ class _PodHistory:
     running_cap: int | None = None
     cap_seen_at: float = 0.0
     plateau: tuple[int, float, float] | None = None  # (running, finished, since) while cap-bound-looking
+    last_finish_at: float | None = None  # when the finished count last grew (None: never seen)
 
 
 class PerfWindow:
     """Per pod: readings of its counters over `window_s`, and its learned running cap."""
 
-    def __init__(self, window_s: float = 30.0, cap_hold_s: float = 1.0, cap_ttl_s: float = 120.0) -> None:
+    def __init__(self, window_s: float = 30.0, cap_hold_s: float = 1.0) -> None:
         self.window_s = window_s
         self.cap_hold_s = cap_hold_s
-        self.cap_ttl_s = cap_ttl_s
         self._pods: dict[str, _PodHistory] = {}
 
     def update(self, pod: str, now: float, counters: PerfCounters | None, metrics: PodMetrics) -> PodPerf:
@@ -94,13 +102,19 @@ class PerfWindow:
         if counters is not None:
             self._add_reading(h, now, counters)
         self._learn_cap(h, now, metrics, h.done)
-        return derive_perf(h.means, h.running_cap)
+        return derive_perf(
+            h.means,
+            h.running_cap,
+            speed_age_s=now - h.last_finish_at if h.last_finish_at is not None else 0.0,
+            cap_age_s=now - h.cap_seen_at if h.running_cap is not None else 0.0,
+        )
 
     def _add_reading(self, h: _PodHistory, now: float, counters: PerfCounters) -> None:
         readings = h.readings
         if readings and any(c < readings[-1][1].get(f, (0.0, 0.0))[1] for f, (_, c) in counters.items()):
             readings.clear()  # a count went back: the server restarted (maybe reconfigured)
-            h.running_cap = h.plateau = None
+            h.running_cap = h.plateau = h.last_finish_at = None
+            h.done = 0.0
         readings.append((now, counters))
         while len(readings) > 2 and now - readings[1][0] >= self.window_s:
             readings.popleft()  # keep one reading at or beyond the window's start
@@ -108,7 +122,10 @@ class PerfWindow:
         admitted = counters.get("queue", (0.0, 0.0))[1] - readings[0][1].get("queue", (0.0, 0.0))[1]
         if admitted > 0:  # requests that left the queue in the window: its drain rate, under load
             h.means["admit_gap"] = (now - readings[0][0]) / admitted
-        h.done = finished(counters)
+        done = finished(counters)
+        if done > h.done or (h.last_finish_at is None and done > 0):
+            h.last_finish_at = now
+        h.done = done
 
     def _learn_cap(self, h: _PodHistory, now: float, m: PodMetrics, done: float) -> None:
         bound = m.waiting > 0 and m.running > 0 and (m.kv_usage is None or m.kv_usage < KV_ROOM)
@@ -119,8 +136,9 @@ class PerfWindow:
         elif done > h.plateau[1] and now - h.plateau[2] >= self.cap_hold_s:  # the engine's cap
             h.running_cap = max(m.running, h.running_cap or 0)
             h.cap_seen_at = now
-        if h.running_cap is not None and now - h.cap_seen_at > self.cap_ttl_s:
-            h.running_cap = None  # not seen for a while: it may have been a prefill-bound plateau
+        if h.running_cap is not None and m.running > h.running_cap:
+            h.running_cap = m.running  # it ran past the "cap" (a prefill-bound plateau): at least this
+            h.cap_seen_at = now
 
     def forget(self, pod: str) -> None:
         self._pods.pop(pod, None)

@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 from opentelemetry import context as otel_context
 
 from cluster_gateway.auth import GatewayAuthenticator
-from cluster_gateway.observability import CANCELLED, REJECTED, SHED, GatewayMetrics
+from cluster_gateway.observability import CANCELLED, OK, REJECTED, SHED, GatewayMetrics
 from cluster_gateway.pool import EndpointPool
 from cluster_gateway.proxy.forward import Forwarder, NoPodAnswered, StreamBroken
 from cluster_gateway.request_path.dispatch import Dispatcher
@@ -27,6 +28,7 @@ from cluster_gateway.request_path.status_page import render_pods
 from common.asgi import ClientGone, ResponseAborted, read_body, run_until_disconnect
 from common.config.gateway import GatewayAuth, Proxy
 from common.errors import OpenAIError
+from common.genai_metrics import TAIL_BYTES, operation_name, usage_from_tail
 from common.http import ASGIApp, Message, Receive, Scope, Send, send_body, send_error, send_json
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, ParsedRequest, parse_request
 from common.request_log import REQUEST_ID_HEADER, RequestRecord, request_id, with_request_id
@@ -49,6 +51,8 @@ class _RequestState:
     profile: str = "-"
     counted: bool = False  # the forwarder took over outcome accounting
     done: bool = False  # the last response byte was handed to the server
+    tail: bytes = b""  # the last two body chunks sent: the usage object is in them (no parsing here)
+    prev: bytes = b""
 
 
 class ProxyApp:
@@ -150,6 +154,11 @@ class ProxyApp:
             await send_error(send, err)
         finally:
             rec.profile = state.profile
+            if rec.outcome == OK:
+                usage = usage_from_tail((state.prev + state.tail)[-TAIL_BYTES:])
+                if usage is not None:
+                    rec.prompt_tokens, rec.completion_tokens = usage
+            self.metrics.request_finished(rec, operation_name(path))
             rec.write(self.access_log)
 
     async def _serve_until_disconnect(
@@ -171,8 +180,11 @@ class ProxyApp:
         ctx = extract_context(headers)
 
         async def guarded_send(msg: Message) -> None:
-            if msg["type"] == "http.response.body" and not msg.get("more_body", False):
-                state.done = True
+            if msg["type"] == "http.response.body":
+                if chunk := msg.get("body"):
+                    state.prev, state.tail = state.tail, chunk
+                if not msg.get("more_body", False):
+                    state.done = True
             await send(msg)
 
         async def work() -> None:
@@ -218,12 +230,22 @@ class ProxyApp:
     async def _ready(self, scope: Scope, receive: Receive, send: Send) -> None:
         r = readiness(self.pool.pods(), time.monotonic())  # degraded still serves: see readiness.py
         ready = r.ready and not self.draining
-        body = msgspec.json.encode(
-            {"ready": ready, "pods": r.pods, "readyPods": r.ready_pods, "degraded": r.degraded}
-            | ({"draining": True} if self.draining else {})
-        )
-        await send_json(send, 200 if ready else 503, body)
+        doc: dict[str, Any] = {
+            "ready": ready,
+            "pods": r.pods,
+            "readyPods": r.ready_pods,
+            "degraded": r.degraded,
+        }
+        if self.draining:
+            doc["draining"] = True
+            doc.update(
+                OpenAIError(503, "Draining: this gateway is shutting down.", code="gateway_draining").body()
+            )
+        elif not r.ready:  # an OpenAI-shaped error too, like every other error a client can see
+            why = "no pod is known yet" if not r.pods else "no pod is ready (fresh metrics, not ejected)"
+            doc.update(OpenAIError(503, f"Not ready: {why}.", code="gateway_not_ready").body())
+        await send_json(send, 200 if ready else 503, msgspec.json.encode(doc))
 
     async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body, ctype = self.metrics.render()
+        body, ctype = await self.metrics.render_async()  # cached ≤ 1 s, rendered off the loop
         await send_body(send, 200, body, [(b"content-type", ctype.encode())])

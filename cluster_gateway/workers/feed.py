@@ -47,6 +47,7 @@ class PodView(msgspec.Struct, array_like=True, omit_defaults=True):
 class Snapshot(msgspec.Struct, array_like=True):
     version: int  # the gateway pool's membership version
     pods: list[PodView]
+    metrics: bytes = b""  # the whole group's /metrics body, when this worker asked (metrics_feed.py)
 
 
 class WorkerReport(msgspec.Struct, array_like=True, omit_defaults=True):
@@ -55,6 +56,8 @@ class WorkerReport(msgspec.Struct, array_like=True, omit_defaults=True):
     dispatched: dict[str, int] = {}  # pod → requests sent since the previous report
     queued: dict[str, int] = {}  # requested model → requests waiting in this worker's admission
     ejected: dict[str, float] = {}  # pod → ejected until (time.monotonic())
+    want_metrics: bool = False  # this worker serves a /metrics scrape: send the group's body
+    metrics: list[tuple[str, list[tuple[str, str]], float]] = []  # its counters (metrics_feed.py)
 
 
 _snapshot_decoder = msgspec.msgpack.Decoder(Snapshot)

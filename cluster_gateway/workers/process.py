@@ -82,7 +82,10 @@ async def _serve(spec: GatewaySpec, args: argparse.Namespace) -> int:
     metrics = GatewayMetrics()
     plane = DataPlane(spec, pool, metrics, worker=args.worker)
     metrics.watch_pool(pool, lambda: len(plane.admission))
-    replica = PoolReplica(pool, args.feed, args.worker, plane.admission.depth_by_model)
+    replica = PoolReplica(
+        pool, args.feed, args.worker, plane.admission.depth_by_model, metrics.shipped_samples
+    )
+    metrics.remote_render = replica.group_metrics  # /metrics here: the whole group's (metrics_feed.py)
     feed = asyncio.create_task(replica.run())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 
 from cluster_gateway.pool import EndpointPool, PodState
 from cluster_gateway.workers.feed import TICK_S, PodView, Snapshot, WorkerReport, frame, read_report
+from cluster_gateway.workers.metrics_feed import ProcessGroupMetrics
 
 log = logging.getLogger("fleetgate.gateway.workers")
 
@@ -36,6 +38,8 @@ class _Worker:
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
         self.report = WorkerReport(worker=-1)
+        self.metrics_body = b""  # the group's /metrics, due in this worker's next snapshot
+        self.rendering = False
 
 
 class PoolPublisher:
@@ -46,6 +50,8 @@ class PoolPublisher:
         self.path = path
         self._workers: list[_Worker] = []
         self._server: asyncio.AbstractServer | None = None
+        self.group = ProcessGroupMetrics()  # the workers' counters (metrics_feed.py)
+        self.render: Callable[[], Awaitable[bytes]] | None = None  # the group's /metrics body
 
     async def start(self) -> None:
         self._server = await asyncio.start_unix_server(self._serve, path=self.path)
@@ -68,6 +74,11 @@ class PoolPublisher:
         """A worker's counts: remote in-flight and dispatches into the pool, its ejections too."""
         prev = w.report.inflight
         w.report = report
+        if report.metrics:
+            self.group.update(id(w), report.metrics)
+        if report.want_metrics and not w.rendering and self.render is not None:
+            w.rendering = True
+            asyncio.get_running_loop().create_task(self._render_for(w, self.render))
         for name in set(prev) | set(report.inflight):
             delta = report.inflight.get(name, 0) - prev.get(name, 0)
             if delta and (pod := self.pool.get(name)) is not None:
@@ -79,8 +90,18 @@ class PoolPublisher:
             if (pod := self.pool.get(name)) is not None and until > pod.ejected_until:
                 pod.ejected_until = until
 
+    async def _render_for(self, w: _Worker, render: Callable[[], Awaitable[bytes]]) -> None:
+        try:
+            w.metrics_body = await render()
+        except Exception:
+            log.exception("rendering /metrics for a worker failed")
+        finally:
+            w.rendering = False
+
     def _forget(self, w: _Worker) -> None:
-        """A worker left (stopped or crashed): its in-flight requests are gone with it."""
+        """A worker left (stopped or crashed): its in-flight requests are gone with it; its
+        counters stay in the group's sums."""
+        self.group.retire(id(w))
         for name, n in w.report.inflight.items():
             if (pod := self.pool.get(name)) is not None:
                 pod.inflight = max(pod.local_inflight, pod.inflight - n)
@@ -101,7 +122,8 @@ class PoolPublisher:
             own = w.report.inflight
             views = [pod_view(p, p.inflight - own.get(p.name, 0)) for p in pods]
             if not w.writer.is_closing():
-                w.writer.write(frame(Snapshot(self.pool.version, views)))
+                w.writer.write(frame(Snapshot(self.pool.version, views, w.metrics_body)))
+                w.metrics_body = b""
 
     async def run(self) -> None:
         while True:

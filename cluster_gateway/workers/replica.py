@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from cluster_gateway.pool import Endpoint, EndpointPool
 from cluster_gateway.workers.feed import TICK_S, Snapshot, WorkerReport, frame, read_snapshot
+from cluster_gateway.workers.metrics_feed import SHIP_EVERY_TICKS, ShippedSample
 
 log = logging.getLogger("fleetgate.gateway.worker")
 
@@ -49,12 +50,20 @@ class PoolReplica:
     """Connects to the gateway's feed and keeps `pool` in step; reports every tick."""
 
     def __init__(
-        self, pool: EndpointPool, path: str, worker: int, queued: Callable[[], dict[str, int]]
+        self,
+        pool: EndpointPool,
+        path: str,
+        worker: int,
+        queued: Callable[[], dict[str, int]],
+        metrics: Callable[[], list[ShippedSample]] | None = None,
     ) -> None:
         self.pool = pool
         self.path = path
         self.worker = worker
         self._queued = queued
+        self._metrics = metrics  # this worker's counter samples, shipped ~1/s (metrics_feed.py)
+        self._ticks = 0
+        self._group_body: asyncio.Future[bytes] | None = None
         self._sent_dispatches: dict[str, int] = {}
         self.synced = asyncio.Event()  # the first snapshot arrived
 
@@ -72,7 +81,18 @@ class PoolReplica:
                 ejected[p.name] = p.ejected_until
         dispatched = self.unreported()
         self._sent_dispatches = {p.name: p.dispatched_total for p in self.pool.pods()}
-        return WorkerReport(self.worker, inflight, dispatched, self._queued(), ejected)
+        report = WorkerReport(self.worker, inflight, dispatched, self._queued(), ejected)
+        self._ticks += 1
+        want = self._group_body is not None and not self._group_body.done()
+        if self._metrics is not None and (want or self._ticks % SHIP_EVERY_TICKS == 0):
+            report.want_metrics, report.metrics = want, self._metrics()
+        return report
+
+    async def group_metrics(self, timeout_s: float = 5.0) -> bytes:
+        """The whole gateway's /metrics body, rendered by the gateway process (metrics_feed.py)."""
+        if self._group_body is None or self._group_body.done():
+            self._group_body = asyncio.get_running_loop().create_future()
+        return await asyncio.wait_for(asyncio.shield(self._group_body), timeout_s)
 
     async def run(self) -> None:
         """Until cancelled; a lost feed (the gateway process went away) ends the worker."""
@@ -88,6 +108,8 @@ class PoolReplica:
             while True:
                 snap = await read_snapshot(reader)
                 apply_snapshot(self.pool, snap, self.unreported())
+                if snap.metrics and self._group_body is not None and not self._group_body.done():
+                    self._group_body.set_result(snap.metrics)
                 self.synced.set()
         finally:
             sender.cancel()

@@ -274,6 +274,9 @@ class CapacityInfo(_Base, kw_only=True):
     draining: bool = False
     gpus_per_pod: Annotated[int, Meta(ge=1)] = 1
     pod_performance: PodPerformance = msgspec.field(default_factory=PodPerformance)
+    # what a pod measured (speed, running cap) ages toward podPerformance / the defaults once it
+    # goes idle: kept whole for 2 minutes, then its weight halves every this many seconds
+    measured_half_life_s: PositiveFloat = 1800.0
 
 
 class GatewaySpec(_Base, kw_only=True):

@@ -284,3 +284,28 @@ async def test_private_status_needs_the_admin_key() -> None:
         r = await h.client.get("/fleet", headers=h.headers(ADMIN_KEY))
         assert r.status_code == 200 and r.json()["clusters"][0]["id"] == "a"
         assert (await h.client.get("/health")).status_code == 200
+
+
+async def test_draining_an_unknown_cluster_is_a_404_and_drains_can_be_listed() -> None:
+    async with harness(["a", "b"]) as h:
+        await h.publish("a")
+        await h.publish("b", draining=True)  # the cluster asked to leave rotation itself
+        admin = h.headers(ADMIN_KEY)
+        r = await h.client.post("/admin/clusters/a-typo/drain", headers=admin)
+        assert r.status_code == 404
+        assert r.json()["error"]["code"] == "cluster_not_found" and "a-typo" in r.json()["error"]["message"]
+        assert (await h.client.get("/admin/drains", headers=h.headers())).status_code == 401
+        assert (await h.client.post("/admin/clusters/a/drain", headers=admin)).status_code == 200
+        listed = (await h.client.get("/admin/drains", headers=admin)).json()
+        assert listed["data"] == [
+            {"cluster_id": "a", "by": "operator", "reported": True},
+            {"cluster_id": "b", "by": "cluster", "reported": True},
+        ]
+        # an operator drain outlives the cluster's report, and can still be lifted
+        h.fleet._cache.states.pop("a")
+        r = await h.client.post("/admin/clusters/a/drain", json={"drain": False}, headers=admin)
+        assert r.status_code == 200 and r.json()["router_drain"] is False
+        listed = (await h.client.get("/admin/drains", headers=admin)).json()
+        assert [d["cluster_id"] for d in listed["data"]] == ["b"]
+        r = await h.client.post("/admin/clusters/a/drain", headers=admin)  # gone and not drained: unknown
+        assert r.status_code == 404

@@ -5,6 +5,7 @@ real request failures."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from cluster_gateway.metrics.fetch import Fetcher
@@ -12,6 +13,13 @@ from cluster_gateway.pool import Endpoint
 from tests.cluster_gateway.integration.conftest import chat, running, tiny
 
 from .helpers import load, success_share, until
+
+
+async def metrics_show(c: Any, line: str, within: float = 5.0) -> None:
+    deadline = time.monotonic() + within
+    while line not in (await c.get("/metrics")).text:
+        assert time.monotonic() < deadline, f"/metrics never showed {line!r}"
+        await asyncio.sleep(0.05)
 
 
 class LateFetcher:
@@ -57,7 +65,7 @@ async def test_every_scrape_failing_at_once_keeps_routing_degraded() -> None:
         await until(lambda: not any(p.stale for p in gw.pool.pods()), 10, "fresh again")
         ready = await c.get("/ready")
         assert ready.json()["degraded"] is False and ready.json()["readyPods"] == 3
-        assert "fleetgate_gateway_degraded 0.0" in (await c.get("/metrics")).text
+        await metrics_show(c, "fleetgate_gateway_degraded 0.0")  # a render is reused for up to 1 s
 
 
 async def test_pods_that_really_died_are_ejected_by_their_requests_then_not_ready() -> None:

@@ -11,6 +11,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
 
 import msgspec
 
@@ -153,7 +154,7 @@ class SimApp:
                 faults.frozen_metrics = self.pod.exporter.last or self.pod.exporter.render()
             body = faults.frozen_metrics
         else:
-            body = self.pod.exporter.render()
+            body = self.pod.exporter.render(name_filter(scope.get("query_string", b"")))
         await _send_body(send, 200, body.encode(), _PROM)
 
     # -- LoRA management ----------------------------------------------------------------------
@@ -347,6 +348,14 @@ class SimApp:
         if req.finish_reason != "abort":
             tail += b"data: [DONE]\n\n"
         await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+def name_filter(query: bytes) -> frozenset[str] | None:
+    """The `name[]` values of a `/metrics` query string (prometheus_client's filter), or None."""
+    if b"name" not in query:
+        return None
+    names = parse_qs(query.decode("latin-1")).get("name[]")
+    return frozenset(names) if names else None
 
 
 def _on_disconnect(task: asyncio.Future[dict[str, Any]], engine: Any, req: SimRequest) -> None:

@@ -33,6 +33,7 @@ __all__ = [
     "PodSample",
     "PrefixCounters",
     "detect_engine",
+    "fetch_names",
     "read_pod_metrics",
     "read_pod_sample",
 ]
@@ -61,6 +62,9 @@ class EngineMapping(Protocol):
     engine: EngineType
     wanted: frozenset[str]  # metric names this mapping reads on every scrape (`perf` names: on request)
     signature: frozenset[str]  # any of these present ⇒ the body comes from this engine
+    # counters fetched (not parsed) with `wanted` so that the filtered body of a pod taking requests
+    # always moves: the frozen-metrics detector compares bodies (see frozen.py)
+    liveness: frozenset[str]
     perf: PerfSources  # figures for the capacity agent: ttft, queue, prefill, inference, e2e, itl,
     # prompt_tokens, output_tokens (each a mean per request or per token)
 
@@ -165,6 +169,7 @@ class VllmMapping:
         "prompt_tokens": _hist("vllm:request_prompt_tokens"),
         "output_tokens": _hist("vllm:request_generation_tokens"),
     }
+    liveness = frozenset({"vllm:prompt_tokens_total", "vllm:request_success_total"})
     wanted = signature | {
         "vllm:kv_cache_usage_perc",
         "vllm:gpu_cache_usage_perc",  # before vLLM 0.10
@@ -224,6 +229,7 @@ class SglangMapping:
         "prompt_tokens": (("sglang:prompt_tokens_total", "sglang:num_requests_total"),),
         "output_tokens": (("sglang:generation_tokens_total", "sglang:num_requests_total"),),
     }
+    liveness = frozenset({"sglang:prompt_tokens_total", "sglang:num_requests_total"})
     wanted = signature | {"sglang:token_usage", "sglang:cache_config_info", "sglang:cache_hit_rate"}
 
     def to_metrics(self, families: Families, scraped_at: float) -> PodMetrics:
@@ -256,6 +262,7 @@ class TgiMapping:
         "prompt_tokens": _hist("tgi_request_input_length"),
         "output_tokens": _hist("tgi_request_generated_tokens"),
     }
+    liveness = frozenset({"tgi_request_count"})  # TGI ignores filters: its whole body comes anyway
     wanted = signature | {"tgi_batch_current_max_tokens"}
 
     def to_metrics(self, families: Families, scraped_at: float) -> PodMetrics:
@@ -282,6 +289,21 @@ _ANY_ENGINE: FamilyReader = reader_for(frozenset().union(*(m.wanted for m in ENG
 # names read on a scrape that also reads the latency histograms, per engine (fixed: computed once)
 _WITH_PERF: dict[EngineType, frozenset[str]] = {e: m.wanted | _perf_names(m.perf) for e, m in ENGINES.items()}
 _ANY_ENGINE_PERF: FamilyReader = reader_for(frozenset().union(*_WITH_PERF.values()))
+
+
+# the sample names a filtered scrape asks for (`?name[]=`): fast (every scrape) and slow (with the
+# latency histograms' `_sum`/`_count`, never their buckets); engine None: every engine's
+_FAST_FETCH: dict[EngineType, frozenset[str]] = {e: m.wanted | m.liveness for e, m in ENGINES.items()}
+_SLOW_FETCH: dict[EngineType, frozenset[str]] = {e: _FAST_FETCH[e] | _WITH_PERF[e] for e in ENGINES}
+_ANY_FAST_FETCH = frozenset().union(*_FAST_FETCH.values())
+_ANY_SLOW_FETCH = frozenset().union(*_SLOW_FETCH.values())
+
+
+def fetch_names(engine: EngineType | None, *, perf: bool) -> frozenset[str]:
+    """Sample names to ask a pod for: what `read_pod_sample` reads plus the liveness counters."""
+    if engine is None:
+        return _ANY_SLOW_FETCH if perf else _ANY_FAST_FETCH
+    return _SLOW_FETCH[engine] if perf else _FAST_FETCH[engine]
 
 
 def _detect(families: Families) -> EngineType | None:

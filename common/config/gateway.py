@@ -70,6 +70,19 @@ class Scrape(_Base, kw_only=True):
     # frozen metrics: this many scrapes in a row with a byte-identical /metrics body while the
     # gateway kept sending the pod requests mark it stale (0: off); see metrics/frozen.py
     frozen_after_scrapes: Annotated[int, Meta(ge=0, le=1000)] = 10
+    # ask pods for only the samples routing reads (`/metrics?name[]=...`, honoured by vLLM and
+    # SGLang; TGI answers its whole body, which is read as before); docs/scraping.md
+    filter: bool = True
+    # the latency histograms' sums and counts (read only for the capacity agent) this often
+    slow_interval_ms: Annotated[int, Meta(ge=10, le=600_000)] = 1000
+    # a pod quiet for this many scrapes in a row (no requests dispatched to it, sample unchanged)
+    # is scraped every `idleIntervalMs` until a request is dispatched to it (0: never); the idle
+    # interval is used within [intervalMs, maxStalenessMs / 2] so an idle pod stays fresh
+    idle_after_scrapes: Annotated[int, Meta(ge=0, le=1000)] = 3
+    idle_interval_ms: Annotated[int, Meta(ge=10, le=60_000)] = 500
+    # CPU (cores) this gateway process spends on scrapes at most; over it the most overdue pods are
+    # scraped first, round-robin (0: no limit)
+    cpu_budget_cores: Annotated[float, Meta(ge=0, le=64)] = 0.5
 
 
 class Saturation(_Base, kw_only=True):

@@ -12,6 +12,7 @@ ignores the query, and so does the TGI format here.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable
 
 from modelsim.engine import Engine
@@ -185,6 +186,20 @@ def _vllm_slow(engine: Engine) -> str:
     return "\n".join(out) + "\n"
 
 
+# engine → (its adapter sets, the stamp rendered for them)
+_lora_stamps: weakref.WeakKeyDictionary[Engine, tuple[tuple[str, str], float]] = weakref.WeakKeyDictionary()
+
+
+def _lora_stamp(engine: Engine, running: str, waiting: str) -> float:
+    """vLLM sets the LoRA gauge to the time of its last stats update, which happens per engine
+    step: it moves while requests run and stays put on an idle pod (whose body then is unchanged)."""
+    key = (running, waiting)
+    seen = _lora_stamps.get(engine)
+    if seen is None or seen[0] != key or engine.running or engine.waiting:
+        seen = _lora_stamps[engine] = (key, time.time())
+    return seen[1]
+
+
 def _vllm_fast(engine: Engine) -> str:
     lb = _vllm_labels(engine)
     kv = engine.kv.usage()
@@ -211,11 +226,14 @@ def _vllm_fast(engine: Engine) -> str:
         lb,
         kv,
     )
+    running = ",".join(engine.running_adapters())
+    waiting = ",".join(engine.waiting_adapters())
     lora = (
-        f'max_lora="{engine.lora.max_lora}",running_lora_adapters="{_esc(",".join(engine.running_adapters()))}",'
-        f'waiting_lora_adapters="{_esc(",".join(engine.waiting_adapters()))}"'
+        f'max_lora="{engine.lora.max_lora}",running_lora_adapters="{_esc(running)}",'
+        f'waiting_lora_adapters="{_esc(waiting)}"'
     )
-    _gauge(out, "vllm:lora_requests_info", "Running stats on lora requests.", lora, time.time())
+    stamp = _lora_stamp(engine, running, waiting)
+    _gauge(out, "vllm:lora_requests_info", "Running stats on lora requests.", lora, stamp)
     return "\n".join(out) + "\n"
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from cluster_gateway.pool import EngineType, PodMetrics
-from common.promtext import FamilyReader, Sample, reader_for
+from common.promtext import FamilyReader, LineMemo, Sample, reader_for
 
 Families = Mapping[str, list[Sample]]
 # Latency/size figure → (sum, count) sample names to read it from, first present wins.
@@ -319,22 +319,29 @@ def detect_engine(body: bytes | str) -> EngineType | None:
 
 
 def read_pod_sample(
-    body: bytes | str, engine: EngineType | None, scraped_at: float, *, perf: bool = False
+    body: bytes | str,
+    engine: EngineType | None,
+    scraped_at: float,
+    *,
+    perf: bool = False,
+    memo: LineMemo | None = None,
 ) -> PodSample:
     """Parse a `/metrics` body into PodMetrics (+ raw prefix counters); `engine=None` detects it.
     `perf` also reads the latency histograms' sums and counts (about 3x the parse time of a vLLM
     body, as every bucket line of those histograms is a near match: the scraper asks once a second).
 
+    `memo`: the pod's line memo (see `FamilyReader.read`): unchanged lines are not parsed again.
+
     Raises MetricsMappingError (or common.promtext.PromTextError, also a ValueError) for a body
     that cannot be used.
     """
     if engine is None:
-        families = (_ANY_ENGINE_PERF if perf else _ANY_ENGINE).read(body)
+        families = (_ANY_ENGINE_PERF if perf else _ANY_ENGINE).read(body, memo)
         engine = _detect(families)
         if engine is None:
             raise MetricsMappingError("no vLLM, SGLang or TGI metrics in the body")
     else:
-        families = reader_for(_WITH_PERF[engine] if perf else ENGINES[engine].wanted).read(body)
+        families = reader_for(_WITH_PERF[engine] if perf else ENGINES[engine].wanted).read(body, memo)
     mapping = ENGINES[engine]
     return PodSample(
         mapping.to_metrics(families, scraped_at),

@@ -19,6 +19,7 @@ a parse of only the needed lines (`engines`).
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import random
 import time
@@ -38,6 +39,7 @@ from cluster_gateway.metrics.prefix_window import PrefixHitWindow
 from cluster_gateway.metrics.served_models import ServedModels, parse_models_list, parse_tgi_info
 from cluster_gateway.pool import Endpoint, EndpointPool, EngineType, PodMetrics, PodState
 from common.config.gateway import Scrape
+from common.promtext import LineMemo
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +129,8 @@ class Scraper:
         self.on_sample: Callable[[str, PodMetrics], None] | None = None
         self._full_body: dict[str, bool] = {}  # pod → it ignored the name filter last time
         self._last_key: dict[str, tuple[object, ...]] = {}  # pod → its last sample's routing fields
+        self._memo: dict[str, LineMemo] = {}  # pod → its last body's parsed lines (promtext)
+        self._last_body: dict[str, tuple[bool, bytes, PodSample]] = {}  # pod → (perf, body, sample)
         self._seen_version = -1
         self._detected: dict[str, tuple[Endpoint, EngineType]] = {}
         self._prefix = PrefixHitWindow()
@@ -190,6 +194,8 @@ class Scraper:
             self.cadence.remove(name)
             self._full_body.pop(name, None)
             self._last_key.pop(name, None)
+            self._memo.pop(name, None)
+            self._last_body.pop(name, None)
             self._detected.pop(name, None)
             self._fetcher.forget(name)
             self._prefix.forget(name)
@@ -298,8 +304,10 @@ class Scraper:
                 return False
             scraped_at = time.monotonic()
             try:
-                sample = read_pod_sample(body, engine, scraped_at, perf=with_perf)
+                sample = self._read(name, body, engine, scraped_at, with_perf)
             except ValueError as exc:
+                self._memo.pop(name, None)
+                self._last_body.pop(name, None)
                 self._detected.pop(name, None)  # a different engine may now answer at this name
                 raise FetchError("bad_body", str(exc)) from None
             metrics = sample.metrics
@@ -335,6 +343,20 @@ class Scraper:
         if was_stale:
             log.info("pod metrics fresh again", extra={"pod": name})
         return quiet
+
+    def _read(
+        self, name: str, body: bytes, engine: EngineType | None, scraped_at: float, perf: bool
+    ) -> PodSample:
+        """The body's sample; a body byte-identical to the pod's previous one (an idle pod) is not
+        parsed again, and changed bodies reparse only their changed lines (the line memo)."""
+        last = self._last_body.get(name)
+        if last is not None and last[0] == perf and last[1] == body:
+            metrics = copy.copy(last[2].metrics)
+            metrics.scraped_at = scraped_at
+            return PodSample(metrics, last[2].prefix, last[2].perf)
+        sample = read_pod_sample(body, engine, scraped_at, perf=perf, memo=self._memo.setdefault(name, {}))
+        self._last_body[name] = (perf, body, sample)
+        return sample
 
     def _quiet(self, name: str, sample: PodSample, dispatched: int) -> bool:
         """Nothing dispatched since the last scrape and the routing fields unchanged."""

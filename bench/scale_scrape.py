@@ -228,9 +228,11 @@ def _serve_prometheus_app(port_out: Any, ready: Any) -> None:
     server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False))
 
     async def main() -> None:
-        await server.startup(sockets=[sock])
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started:  # noqa: ASYNC110 - uvicorn exposes no started event
+            await asyncio.sleep(0.01)
         ready.set()
-        await asyncio.Event().wait()
+        await task
 
     asyncio.run(main())
 

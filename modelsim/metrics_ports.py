@@ -26,7 +26,8 @@ _HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4; charset=ut
 
 
 class _MetricsProtocol(asyncio.Protocol):
-    def __init__(self, pod: SimPod, counter: list[int]) -> None:
+    def __init__(self, pod: SimPod, counter: list[int], index: int) -> None:
+        self._index = index
         self._pod = pod
         self._counter = counter
         self._buf = b""
@@ -54,7 +55,7 @@ class _MetricsProtocol(asyncio.Protocol):
         if path != b"/metrics":
             self._transport.write(_NOT_FOUND)
             return
-        self._counter[0] += 1
+        self._counter[self._index] += 1
         body = self._pod.exporter.render(name_filter(query)).encode()
         self._transport.write(_HEAD + str(len(body)).encode() + b"\r\n\r\n" + body)
 
@@ -69,19 +70,19 @@ class MetricsPorts:
         self.pods = [
             SimPod(i, PodSpec(**{**base.__dict__, "seed": base.seed + i}), host) for i in range(count)
         ]
-        self.served = [0]  # /metrics answers, all pods
+        self.served = [0] * count  # /metrics answers per pod
         self._servers: list[asyncio.Server] = []
 
     async def start(self) -> list[int]:
         """Listen on one port per pod (port 0 each: the kernel picks); returns the ports."""
         loop = asyncio.get_running_loop()
-        for pod in self.pods:
+        for i, pod in enumerate(self.pods):
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((self.host, 0))
             sock.setblocking(False)
             server = await loop.create_server(
-                partial(_MetricsProtocol, pod, self.served), sock=sock, backlog=128
+                partial(_MetricsProtocol, pod, self.served, i), sock=sock, backlog=128
             )
             pod.port = int(sock.getsockname()[1])
             self._servers.append(server)

@@ -171,28 +171,37 @@ class PodConnection:
 
     async def get(self, path: str, max_bytes: int) -> tuple[int, bytes]:
         """(status, body) of `GET path`. Any error or cancellation closes the connection."""
+        return await self.request(b"GET " + path.encode("latin-1") + self._request_tail, max_bytes)
+
+    async def post(self, path: str, body: bytes, max_bytes: int, headers: bytes = b"") -> tuple[int, bytes]:
+        """(status, body) of `POST path` with `body`; `headers`: extra `Name: value\\r\\n` lines."""
+        head = self._request_tail[:-2] + headers + b"Content-Length: %d\r\n\r\n" % len(body)
+        return await self.request(b"POST " + path.encode("latin-1") + head + body, max_bytes)
+
+    async def request(self, raw: bytes, max_bytes: int) -> tuple[int, bytes]:
+        """Send one whole request `raw`; (status, body) of the answer."""
         async with self._lock:
             try:
-                return await self._get(path, max_bytes, retry_stale=True)
+                return await self._send(raw, max_bytes, retry_stale=True)
             except BaseException:
                 self.close()
                 raise
 
-    async def _get(self, path: str, max_bytes: int, *, retry_stale: bool) -> tuple[int, bytes]:
+    async def _send(self, raw: bytes, max_bytes: int, *, retry_stale: bool) -> tuple[int, bytes]:
         proto = self._proto
         reused = proto is not None and not proto.eof
         if proto is None or proto.eof:
             self.close()
             proto = await self._connect()
         assert proto.transport is not None
-        proto.transport.write(b"GET " + path.encode("latin-1") + self._request_tail)
+        proto.transport.write(raw)
         try:
             status, body = await proto.start(max_bytes)
         except _Closed as exc:
             # A keep-alive connection the pod closed while idle: retry once on a fresh one.
             self.close()
             if exc.stale and reused and retry_stale:
-                return await self._get(path, max_bytes, retry_stale=False)
+                return await self._send(raw, max_bytes, retry_stale=False)
             raise
         finally:
             proto.waiter = None

@@ -127,6 +127,8 @@ class Scraper:
         self.skip: Callable[[str], bool] | None = None
         # called with each good sample this scraper took (scrape sharing publishes it to peers)
         self.on_sample: Callable[[str, PodMetrics], None] | None = None
+        # requests other replicas sent a pod since its last sample (scrape sharing tells them)
+        self.extra_dispatched: Callable[[str], int | None] | None = None
         self._full_body: dict[str, bool] = {}  # pod → it ignored the name filter last time
         self._last_key: dict[str, tuple[object, ...]] = {}  # pod → its last sample's routing fields
         self._memo: dict[str, LineMemo] = {}  # pod → its last body's parsed lines (promtext)
@@ -223,8 +225,11 @@ class Scraper:
 
     # --- loops -----------------------------------------------------------------------------
     def _dispatched(self, name: str) -> int:
+        """Requests sent to the pod since its last sample: by this gateway, and by peer replicas."""
         pod = self._pool.get(name)
-        return 0 if pod is None else pod.dispatched_since_scrape
+        own = 0 if pod is None else pod.dispatched_since_scrape
+        extra = self.extra_dispatched(name) if self.extra_dispatched is not None else None
+        return own + (extra or 0)
 
     async def _metered_scrape(self, name: str) -> None:
         metered = Metered(self._scrape_pod(name))
@@ -297,7 +302,7 @@ class Scraper:
             full = asked == 0 or ignores_filter(body, asked)
             if asked:
                 self._full_body[name] = full
-            dispatched = pod.dispatched_since_scrape
+            dispatched = self._dispatched(name)
             # a filtered scrape that also asked for the histograms has another body: not compared
             if (full or not with_perf) and self._frozen.observe(name, body, dispatched):
                 self._mark_frozen(pod)

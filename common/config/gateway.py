@@ -59,6 +59,24 @@ class Discovery(_Base, kw_only=True):
             raise ValueError("exactly one of `static` or `kubernetes` must be set")
 
 
+class ScrapeSharing(_Base, kw_only=True):
+    """Gateway replicas split the pods between them (a consistent-hash ring over the replicas that
+    answer) and pull each other's samples, so each pod is scraped once per interval however many
+    replicas run; see docs/scraping.md. `peers`: the replicas' sharing endpoints, a static list of
+    URLs or a Kubernetes selector for the gateway's own pods (their `targetPort` = `port`)."""
+
+    peers: Discovery
+    port: Port = 9003
+    host: str | None = None  # None: the gateway's own `host`
+    replica_id: str | None = None  # None: $POD_NAME, else hostname:port (unique per replica)
+    # the shared bearer token (same in every replica): this file, else this environment variable
+    token_file: str | None = None
+    token_env: str = "FLEETGATE_PEER_TOKEN"
+    pull_interval_ms: Annotated[int, Meta(ge=10, le=10_000)] = 50
+    # a peer not answering for this long leaves the ring: its pods are taken over
+    peer_timeout_ms: Annotated[int, Meta(ge=50, le=60_000)] = 1000
+
+
 class Scrape(_Base, kw_only=True):
     interval_ms: Annotated[int, Meta(ge=10, le=60_000)] = 100
     timeout_ms: Annotated[int, Meta(ge=10, le=60_000)] = 500
@@ -83,6 +101,7 @@ class Scrape(_Base, kw_only=True):
     # CPU (cores) this gateway process spends on scrapes at most; over it the most overdue pods are
     # scraped first, round-robin (0: no limit)
     cpu_budget_cores: Annotated[float, Meta(ge=0, le=64)] = 0.5
+    sharing: ScrapeSharing | None = None  # None: this replica scrapes every pod itself
 
 
 class Saturation(_Base, kw_only=True):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
@@ -350,8 +351,10 @@ class SimApp:
         await send({"type": "http.response.body", "body": tail, "more_body": False})
 
 
+@lru_cache(maxsize=64)
 def name_filter(query: bytes) -> frozenset[str] | None:
-    """The `name[]` values of a `/metrics` query string (prometheus_client's filter), or None."""
+    """The `name[]` values of a `/metrics` query string (prometheus_client's filter), or None.
+    Cached: a scraper sends the same few query strings over and over."""
     if b"name" not in query:
         return None
     names = parse_qs(query.decode("latin-1")).get("name[]")

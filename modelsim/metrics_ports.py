@@ -82,7 +82,7 @@ class MetricsPorts:
             sock.bind((self.host, 0))
             sock.setblocking(False)
             server = await loop.create_server(
-                partial(_MetricsProtocol, pod, self.served, i), sock=sock, backlog=128
+                partial(_MetricsProtocol, pod, self.served, i), sock=sock, backlog=4096
             )
             pod.port = int(sock.getsockname()[1])
             self._servers.append(server)

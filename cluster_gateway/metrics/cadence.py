@@ -39,6 +39,7 @@ class _Pod:
     last_start: float = -math.inf  # start of the last scrape
     quiet: int = 0  # consecutive quiet scrapes (no dispatches, unchanged sample)
     running: bool = False
+    phase: float | None = None  # the gap after the first scrape; None once used
 
 
 class Cadence:
@@ -66,10 +67,11 @@ class Cadence:
         self.throttled = 0  # wake-ups that found pods due and the budget spent (cumulative)
 
     # --- membership ----------------------------------------------------------------------------
-    def add(self, name: str, now: float, phase: float = 0.0) -> None:
-        """A new pod: due at `now - phase` (a random phase spreads pods discovered together)."""
+    def add(self, name: str, now: float, phase: float | None = None) -> None:
+        """A new pod: due at once, its second scrape `phase` later (a random phase in [0, interval)
+        spreads pods discovered together over the interval instead of scraping them in one burst)."""
         if name not in self._pods:
-            pod = self._pods[name] = _Pod(name, now - phase)
+            pod = self._pods[name] = _Pod(name, now, phase=phase)
             self._push(pod)
 
     def remove(self, name: str) -> None:
@@ -131,7 +133,9 @@ class Cadence:
         pod.running = False
         pod.quiet = pod.quiet + 1 if quiet else 0
         # the next scrape one interval after this one started (from now if it outlasted that)
-        pod.due = max(pod.last_start + self.interval_s, now)
+        gap = self.interval_s if pod.phase is None else pod.phase
+        pod.phase = None
+        pod.due = max(pod.last_start + gap, now)
         self._push(pod)
 
     def next_wakeup(self, now: float) -> float:

@@ -169,7 +169,7 @@ class VllmMapping:
         "prompt_tokens": _hist("vllm:request_prompt_tokens"),
         "output_tokens": _hist("vllm:request_generation_tokens"),
     }
-    liveness = frozenset({"vllm:prompt_tokens_total", "vllm:request_success_total"})
+    liveness = frozenset({"vllm:prompt_tokens_total"})  # one sample (success_total has three)
     wanted = signature | {
         "vllm:kv_cache_usage_perc",
         "vllm:gpu_cache_usage_perc",  # before vLLM 0.10

@@ -96,7 +96,12 @@ def _one_two_five(limit: int) -> list[float]:
         exp += 1
 
 
-def vllm_metrics_body(
+def vllm_metrics_body(**kwargs: Any) -> bytes:
+    """A `/metrics` body as a vLLM v1 server renders it (`vllm_registry`'s arguments)."""
+    return generate_latest(vllm_registry(**kwargs))
+
+
+def vllm_registry(
     *,
     models: Iterable[str] = ("meta-llama/Llama-3.1-8B-Instruct",),
     engines: int = 1,
@@ -106,8 +111,8 @@ def vllm_metrics_body(
     seed: int = 0,
     observations: int = 200,
     legacy_cache_gauge: bool = False,
-) -> bytes:
-    """A `/metrics` body as a vLLM v1 server renders it, with `observations` requests recorded."""
+) -> CollectorRegistry:
+    """vLLM v1's metric set (names, labels, buckets) with `observations` requests recorded."""
     rng = random.Random(seed)
     reg = CollectorRegistry()
     ProcessCollector(registry=reg)
@@ -226,7 +231,7 @@ def vllm_metrics_body(
                 child = hist.labels(**key)
                 for _ in range(observations // 10):
                     child.observe(draw())
-    return generate_latest(reg)
+    return reg
 
 
 def _time_per_call(fn: Callable[[], object], rounds: int) -> float:

@@ -21,6 +21,7 @@ from cluster_gateway.agent import CapacityAgent, load_agent_token
 from cluster_gateway.data_plane import DataPlane
 from cluster_gateway.discovery import build_discovery
 from cluster_gateway.metrics.scraper import Scraper
+from cluster_gateway.metrics.sharing import ScrapeShare, load_peer_token
 from cluster_gateway.observability import GatewayMetrics
 from cluster_gateway.pool import EndpointPool
 from cluster_gateway.workers.process import WorkerSupervisor
@@ -60,6 +61,10 @@ class ClusterGateway:
         self.scraper = Scraper(
             self.pool, spec.scrape, registry=self.registry, measure_speed=spec.global_router is not None
         )
+        self.share: ScrapeShare | None = None  # replicas split the scrapes (docs/scraping.md)
+        if spec.scrape.sharing is not None:
+            token = load_peer_token(spec.scrape.sharing)
+            self.share = ScrapeShare(spec.scrape.sharing, self.pool, self.scraper, spec.host, token)
         self.data = DataPlane(spec, self.pool, self.metrics)
         # the request path, by the names the rest of the code (and tests) use
         self.scheduler = self.data.scheduler
@@ -85,6 +90,8 @@ class ClusterGateway:
         ]
         if self.publisher is not None:
             self._background.append(("worker-feed", self.publisher.run))
+        if self.share is not None:
+            self._background.append(("scrape-sharing", self.share.run))
         self.agent: CapacityAgent | None = None
         if spec.global_router is not None:  # Tier 2 link: stream capacity reports (token errors: ConfigError)
             self.agent = CapacityAgent(

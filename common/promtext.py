@@ -18,7 +18,7 @@ from collections.abc import Collection
 from functools import lru_cache
 from typing import NamedTuple
 
-__all__ = ["FamilyReader", "PromTextError", "Sample", "parse_families", "reader_for"]
+__all__ = ["FamilyReader", "LineMemo", "PromTextError", "Sample", "parse_families", "reader_for"]
 
 
 class Sample(NamedTuple):
@@ -28,6 +28,9 @@ class Sample(NamedTuple):
     labels: dict[str, str]
     value: float
     timestamp: float | None = None
+
+
+LineMemo = dict[bytes, tuple[str, "Sample"]]  # a sample line's bytes → its name and parsed sample
 
 
 class PromTextError(ValueError):
@@ -49,10 +52,34 @@ def _unescape(value: str) -> str:
     return _ESCAPE_RE.sub(lambda m: _ESCAPES[m.group(0)], value)
 
 
+def _fast_labels(inner: str) -> dict[str, str] | None:
+    """Labels of a block without backslashes (so no value holds a quote): split on `",`, exact for
+    such blocks and ~4x cheaper than the regex; None when the block needs the strict parser."""
+    body = inner.rstrip(" \t,")
+    if not body:
+        return {}
+    if not body.endswith('"'):
+        return None
+    labels: dict[str, str] = {}
+    for part in body[:-1].split('",'):
+        key, sep, value = part.partition('="')
+        key = key.strip(" \t")
+        if not sep or not key or '"' in key or "=" in key or '"' in value:
+            return None
+        labels[key] = value
+    return labels
+
+
 def _parse_sample_text(text: str, line: str) -> Sample:
     """Parse what follows the metric name: optional `{labels}`, the value, an optional timestamp."""
     stripped = text.lstrip(" \t")
     if stripped.startswith("{"):
+        # the value and timestamp after the block hold no brace, so its last `}` ends the block
+        end = stripped.rfind("}")
+        inner = stripped[1:end] if end > 0 else ""
+        fast = _fast_labels(inner) if end > 0 and "\\" not in inner else None
+        if fast is not None:
+            return _value(stripped[end + 1 :].split(), fast, line)
         block = _LABEL_BLOCK_RE.match(stripped)
         if block is None:
             raise PromTextError(f"malformed labels in line: {line!r}")
@@ -65,6 +92,10 @@ def _parse_sample_text(text: str, line: str) -> Sample:
     else:
         labels = {}
         rest = stripped.split()
+    return _value(rest, labels, line)
+
+
+def _value(rest: list[str], labels: dict[str, str], line: str) -> Sample:
     if not rest or len(rest) > 2:
         raise PromTextError(f"expected `value [timestamp]` in line: {line!r}")
     try:
@@ -94,23 +125,46 @@ class FamilyReader:
         self._at_line_start = re.compile(b"\n(" + names + b")[{ \t]")
         self._first_line = re.compile(b"(" + names + b")[{ \t]")
 
-    def read(self, body: bytes | str) -> dict[str, list[Sample]]:
-        """Samples per wanted name, in body order. Names absent from the body are absent here."""
+    def read(self, body: bytes | str, memo: LineMemo | None = None) -> dict[str, list[Sample]]:
+        """Samples per wanted name, in body order. Names absent from the body are absent here.
+
+        `memo`: a dict the caller keeps per source (e.g. per pod) and passes on every read; lines
+        byte-identical to one of the previous read's are not parsed again (on a pod between two
+        scrapes most are: the cache geometry, the LoRA info, the counters of an idle pod). It holds
+        only the last read's lines. Samples are shared between reads: do not mutate their labels."""
         data = body.encode() if isinstance(body, str) else body
         out: dict[str, list[Sample]] = {}
+        seen: LineMemo | None = None if memo is None else {}
         first = self._first_line.match(data)
         if first is not None:
-            self._take(data, 0, first.group(1), out)
+            self._take(data, 0, first.group(1), out, memo, seen)
         for m in self._at_line_start.finditer(data):
-            self._take(data, m.start() + 1, m.group(1), out)
+            self._take(data, m.start() + 1, m.group(1), out, memo, seen)
+        if memo is not None and seen is not None:
+            memo.clear()
+            memo.update(seen)
         return out
 
     @staticmethod
-    def _take(data: bytes, start: int, raw_name: bytes, out: dict[str, list[Sample]]) -> None:
+    def _take(
+        data: bytes,
+        start: int,
+        raw_name: bytes,
+        out: dict[str, list[Sample]],
+        memo: LineMemo | None,
+        seen: LineMemo | None,
+    ) -> None:
         eol = data.find(_NEWLINE, start)
-        line = data[start : eol if eol != -1 else len(data)].decode("utf-8", "replace")
-        name = raw_name.decode()
-        sample = _parse_sample_text(line[len(name) :], line)
+        raw = data[start : eol if eol != -1 else len(data)]
+        known = memo.get(raw) if memo is not None else None
+        if known is not None:
+            name, sample = known
+        else:
+            line = raw.decode("utf-8", "replace")
+            name = raw_name.decode()
+            sample = _parse_sample_text(line[len(name) :], line)
+        if seen is not None:
+            seen[raw] = (name, sample)
         samples = out.get(name)
         if samples is None:
             out[name] = [sample]

@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
 
 import msgspec
 
@@ -132,7 +134,7 @@ class SimApp:
                 faults.frozen_metrics = self.pod.exporter.last or self.pod.exporter.render()
             body = faults.frozen_metrics
         else:
-            body = self.pod.exporter.render()
+            body = self.pod.exporter.render(name_filter(scope.get("query_string", b"")))
         await send_body(send, 200, body.encode(), _PROM)
 
     # -- LoRA management ----------------------------------------------------------------------
@@ -326,6 +328,16 @@ class SimApp:
         if req.finish_reason != "abort":
             tail += b"data: [DONE]\n\n"
         await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+@lru_cache(maxsize=64)
+def name_filter(query: bytes) -> frozenset[str] | None:
+    """The `name[]` values of a `/metrics` query string (prometheus_client's filter), or None.
+    Cached: a scraper sends the same few query strings over and over."""
+    if b"name" not in query:
+        return None
+    names = parse_qs(query.decode("latin-1")).get("name[]")
+    return frozenset(names) if names else None
 
 
 def _on_disconnect(task: asyncio.Future[Message], engine: Any, req: SimRequest) -> None:

@@ -3,11 +3,16 @@
 Gauges are rendered from live engine state on every scrape (so they are at most one step old);
 the long histogram/counter section changes only when a request advances, so it is cached per
 stats version: a fleet of pods scraped every 50 ms stays cheap.
+
+`render(names)` honours `?name[]=` filters as prometheus_client (hence vLLM and SGLang) does: only
+the samples of those exact sample names, with their family's HELP/TYPE lines; TGI's exporter
+ignores the query, and so does the TGI format here.
 """
 
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable
 
 from modelsim.engine import Engine
@@ -18,20 +23,52 @@ FastPart = Callable[[Engine], str]
 
 
 class _Cached:
-    """Per-engine cache of the slow part of the body."""
+    """Per-engine cache of the slow part of the body, whole and per name filter."""
 
     def __init__(self) -> None:
         self.version = -1
         self.stats: object = None
         self.text = ""
+        self.filtered: dict[frozenset[str], str] = {}
 
-    def get(self, engine: Engine, build: Callable[[Engine], str]) -> str:
+    def get(self, engine: Engine, build: Callable[[Engine], str], names: frozenset[str] | None) -> str:
         st = engine.stats
         if st.version != self.version or st is not self.stats:
             self.text = build(engine)
             self.version = st.version
             self.stats = st
-        return self.text
+            self.filtered.clear()
+        if names is None:
+            return self.text
+        text = self.filtered.get(names)
+        if text is None:
+            if len(self.filtered) >= 16:  # a client cycling through filters cannot grow this
+                self.filtered.clear()
+            text = self.filtered[names] = filter_samples(self.text, names)
+        return text
+
+
+def filter_samples(text: str, names: frozenset[str]) -> str:
+    """Only the sample lines whose sample name is in `names`, each family's comments before its
+    first kept sample (prometheus_client's `restricted_registry` output, family by family)."""
+    out: list[str] = []
+    comments: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            if line.startswith("# HELP"):
+                comments = []
+            comments.append(line)
+            continue
+        end = len(line)
+        for sep in ("{", " "):
+            i = line.find(sep)
+            if 0 <= i < end:
+                end = i
+        if line[:end] in names:
+            out.extend(comments)
+            comments = []
+            out.append(line)
+    return "\n".join(out) + "\n" if out else ""
 
 
 def _esc(v: str) -> str:
@@ -149,6 +186,20 @@ def _vllm_slow(engine: Engine) -> str:
     return "\n".join(out) + "\n"
 
 
+# engine → (its adapter sets, the stamp rendered for them)
+_lora_stamps: weakref.WeakKeyDictionary[Engine, tuple[tuple[str, str], float]] = weakref.WeakKeyDictionary()
+
+
+def _lora_stamp(engine: Engine, running: str, waiting: str) -> float:
+    """vLLM sets the LoRA gauge to the time of its last stats update, which happens per engine
+    step: it moves while requests run and stays put on an idle pod (whose body then is unchanged)."""
+    key = (running, waiting)
+    seen = _lora_stamps.get(engine)
+    if seen is None or seen[0] != key or engine.running or engine.waiting:
+        seen = _lora_stamps[engine] = (key, time.time())
+    return seen[1]
+
+
 def _vllm_fast(engine: Engine) -> str:
     lb = _vllm_labels(engine)
     kv = engine.kv.usage()
@@ -175,11 +226,14 @@ def _vllm_fast(engine: Engine) -> str:
         lb,
         kv,
     )
+    running = ",".join(engine.running_adapters())
+    waiting = ",".join(engine.waiting_adapters())
     lora = (
-        f'max_lora="{engine.lora.max_lora}",running_lora_adapters="{_esc(",".join(engine.running_adapters()))}",'
-        f'waiting_lora_adapters="{_esc(",".join(engine.waiting_adapters()))}"'
+        f'max_lora="{engine.lora.max_lora}",running_lora_adapters="{_esc(running)}",'
+        f'waiting_lora_adapters="{_esc(waiting)}"'
     )
-    _gauge(out, "vllm:lora_requests_info", "Running stats on lora requests.", lora, time.time())
+    stamp = _lora_stamp(engine, running, waiting)
+    _gauge(out, "vllm:lora_requests_info", "Running stats on lora requests.", lora, stamp)
     return "\n".join(out) + "\n"
 
 
@@ -299,6 +353,12 @@ class MetricsExporter:
         self._cache = _Cached()
         self.last: str | None = None  # the body of the last scrape (what `stale` keeps serving)
 
-    def render(self) -> str:
-        self.last = self._fast(self.engine) + self._cache.get(self.engine, self._slow)
+    def render(self, names: frozenset[str] | None = None) -> str:
+        """The body; `names` (from `?name[]=`) keeps only those samples, except in TGI's format."""
+        if self.format == "tgi":
+            names = None
+        fast = self._fast(self.engine)
+        if names is not None:
+            fast = filter_samples(fast, names)
+        self.last = fast + self._cache.get(self.engine, self._slow, names)
         return self.last

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from cluster_gateway.pool import EngineType, PodMetrics
-from common.promtext import FamilyReader, Sample, reader_for
+from common.promtext import FamilyReader, LineMemo, Sample, reader_for
 
 Families = Mapping[str, list[Sample]]
 # Latency/size figure → (sum, count) sample names to read it from, first present wins.
@@ -33,6 +33,7 @@ __all__ = [
     "PodSample",
     "PrefixCounters",
     "detect_engine",
+    "fetch_names",
     "read_pod_metrics",
     "read_pod_sample",
 ]
@@ -61,6 +62,9 @@ class EngineMapping(Protocol):
     engine: EngineType
     wanted: frozenset[str]  # metric names this mapping reads on every scrape (`perf` names: on request)
     signature: frozenset[str]  # any of these present ⇒ the body comes from this engine
+    # counters fetched (not parsed) with `wanted` so that the filtered body of a pod taking requests
+    # always moves: the frozen-metrics detector compares bodies (see frozen.py)
+    liveness: frozenset[str]
     perf: PerfSources  # figures for the capacity agent: ttft, queue, prefill, inference, e2e, itl,
     # prompt_tokens, output_tokens (each a mean per request or per token)
 
@@ -165,6 +169,7 @@ class VllmMapping:
         "prompt_tokens": _hist("vllm:request_prompt_tokens"),
         "output_tokens": _hist("vllm:request_generation_tokens"),
     }
+    liveness = frozenset({"vllm:prompt_tokens_total"})  # one sample (success_total has three)
     wanted = signature | {
         "vllm:kv_cache_usage_perc",
         "vllm:gpu_cache_usage_perc",  # before vLLM 0.10
@@ -224,6 +229,7 @@ class SglangMapping:
         "prompt_tokens": (("sglang:prompt_tokens_total", "sglang:num_requests_total"),),
         "output_tokens": (("sglang:generation_tokens_total", "sglang:num_requests_total"),),
     }
+    liveness = frozenset({"sglang:prompt_tokens_total", "sglang:num_requests_total"})
     wanted = signature | {"sglang:token_usage", "sglang:cache_config_info", "sglang:cache_hit_rate"}
 
     def to_metrics(self, families: Families, scraped_at: float) -> PodMetrics:
@@ -256,6 +262,7 @@ class TgiMapping:
         "prompt_tokens": _hist("tgi_request_input_length"),
         "output_tokens": _hist("tgi_request_generated_tokens"),
     }
+    liveness = frozenset({"tgi_request_count"})  # TGI ignores filters: its whole body comes anyway
     wanted = signature | {"tgi_batch_current_max_tokens"}
 
     def to_metrics(self, families: Families, scraped_at: float) -> PodMetrics:
@@ -284,6 +291,21 @@ _WITH_PERF: dict[EngineType, frozenset[str]] = {e: m.wanted | _perf_names(m.perf
 _ANY_ENGINE_PERF: FamilyReader = reader_for(frozenset().union(*_WITH_PERF.values()))
 
 
+# the sample names a filtered scrape asks for (`?name[]=`): fast (every scrape) and slow (with the
+# latency histograms' `_sum`/`_count`, never their buckets); engine None: every engine's
+_FAST_FETCH: dict[EngineType, frozenset[str]] = {e: m.wanted | m.liveness for e, m in ENGINES.items()}
+_SLOW_FETCH: dict[EngineType, frozenset[str]] = {e: _FAST_FETCH[e] | _WITH_PERF[e] for e in ENGINES}
+_ANY_FAST_FETCH = frozenset().union(*_FAST_FETCH.values())
+_ANY_SLOW_FETCH = frozenset().union(*_SLOW_FETCH.values())
+
+
+def fetch_names(engine: EngineType | None, *, perf: bool) -> frozenset[str]:
+    """Sample names to ask a pod for: what `read_pod_sample` reads plus the liveness counters."""
+    if engine is None:
+        return _ANY_SLOW_FETCH if perf else _ANY_FAST_FETCH
+    return _SLOW_FETCH[engine] if perf else _FAST_FETCH[engine]
+
+
 def _detect(families: Families) -> EngineType | None:
     for engine, mapping in ENGINES.items():
         if any(name in families for name in mapping.signature):
@@ -297,22 +319,29 @@ def detect_engine(body: bytes | str) -> EngineType | None:
 
 
 def read_pod_sample(
-    body: bytes | str, engine: EngineType | None, scraped_at: float, *, perf: bool = False
+    body: bytes | str,
+    engine: EngineType | None,
+    scraped_at: float,
+    *,
+    perf: bool = False,
+    memo: LineMemo | None = None,
 ) -> PodSample:
     """Parse a `/metrics` body into PodMetrics (+ raw prefix counters); `engine=None` detects it.
     `perf` also reads the latency histograms' sums and counts (about 3x the parse time of a vLLM
     body, as every bucket line of those histograms is a near match: the scraper asks once a second).
 
+    `memo`: the pod's line memo (see `FamilyReader.read`): unchanged lines are not parsed again.
+
     Raises MetricsMappingError (or common.promtext.PromTextError, also a ValueError) for a body
     that cannot be used.
     """
     if engine is None:
-        families = (_ANY_ENGINE_PERF if perf else _ANY_ENGINE).read(body)
+        families = (_ANY_ENGINE_PERF if perf else _ANY_ENGINE).read(body, memo)
         engine = _detect(families)
         if engine is None:
             raise MetricsMappingError("no vLLM, SGLang or TGI metrics in the body")
     else:
-        families = reader_for(_WITH_PERF[engine] if perf else ENGINES[engine].wanted).read(body)
+        families = reader_for(_WITH_PERF[engine] if perf else ENGINES[engine].wanted).read(body, memo)
     mapping = ENGINES[engine]
     return PodSample(
         mapping.to_metrics(families, scraped_at),

@@ -1,13 +1,19 @@
 """Keeps every pod's metrics and served models in the pool fresh, off the request path.
 
-Each pod gets its own scrape loop (and its own models loop), so a hung or slow pod only delays
-itself: the others keep their cadence. A shared semaphore bounds concurrent scrapes, and each
-request has a hard deadline. Membership follows the pool: a supervisor loop starts loops for pods
-discovery added and cancels those of removed pods, and marks pods stale whose last good scrape is
-older than `maxStalenessMs` (so a pod stuck behind long timeouts cannot look fresh), and pods whose
+One scheduling loop (`cadence.Cadence`) starts each pod's scrape when it is due: every `intervalMs`,
+every `idleIntervalMs` for a pod that is quiet (no dispatches, unchanged sample), and only while the
+scrape CPU budget has room, most overdue pods first. Each scrape is its own task, so a hung or slow
+pod only delays itself. A shared semaphore bounds concurrent scrapes, and each request has a hard
+deadline. Each pod also has a models loop. Membership follows the pool: pods discovery added are
+queued and removed ones dropped; pods whose last good scrape is older than `maxStalenessMs` are
+marked stale (so a pod stuck behind long timeouts cannot look fresh), and so are pods whose
 `/metrics` body stays byte-identical while they are sent requests (`frozen.py`).
-Everything runs on the gateway's event loop, so the per-scrape CPU cost is kept small: a lean
-keep-alive HTTP client (`fetch.KeepAliveFetcher`) and a parse of only the needed lines (`engines`).
+
+A scrape asks only for the samples routing reads (`?name[]=`, see `filtered.py`), plus the latency
+histograms' sums and counts every `slowIntervalMs` (only when the capacity agent needs them); a pod
+that ignores the filter is read from its full body. Everything runs on the gateway's event loop, so
+the per-scrape CPU cost is kept small: a lean keep-alive HTTP client (`fetch.KeepAliveFetcher`) and
+a parse of only the needed lines (`engines`).
 """
 
 from __future__ import annotations
@@ -16,24 +22,31 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Callable
 
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from cluster_gateway.metrics.engines import read_pod_sample
+from cluster_gateway.metrics.cadence import Cadence
+from cluster_gateway.metrics.cpu_meter import Metered
+from cluster_gateway.metrics.engines import PodSample, fetch_names, read_pod_sample
 from cluster_gateway.metrics.fetch import Fetcher, FetchError, HttpxFetcher, KeepAliveFetcher
+from cluster_gateway.metrics.filtered import PLAIN_PATH, ignores_filter, metrics_path
 from cluster_gateway.metrics.frozen import FrozenBodies
 from cluster_gateway.metrics.perf_window import PerfWindow
 from cluster_gateway.metrics.prefix_window import PrefixHitWindow
 from cluster_gateway.metrics.served_models import ServedModels, parse_models_list, parse_tgi_info
-from cluster_gateway.pool import Endpoint, EndpointPool, EngineType, PodState
+from cluster_gateway.pool import Endpoint, EndpointPool, EngineType, PodMetrics, PodState
 from common.config.gateway import Scrape
+from common.promtext import LineMemo
 
 log = logging.getLogger(__name__)
 
 _DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _MODELS_RETRY_S = 1.0  # until a pod's first /v1/models answer, retry at least this often
-_PERF_EVERY_S = 1.0  # latency histograms (for the capacity agent) are read at most this often
+_TICK_S = 0.002  # the scheduling loop's shortest sleep: due scrapes start in batches this close
+_MEMBERSHIP_S = 0.1  # pool membership and overdue pods are checked at least this often
+_METER_EVERY = 8  # one scrape in this many is metered for the budget's CPU estimate
 
 
 class ScraperMetrics:
@@ -59,6 +72,16 @@ class ScraperMetrics:
         )
         self.models_failures = Counter(
             "fleetgate_models_refresh_failures", "Failed GET /v1/models refreshes", registry=registry
+        )
+        self.cpu = Counter(
+            "fleetgate_scrape_cpu_seconds",
+            "Gateway CPU spent in scrapes (the budget's measure; the loop's socket reads excluded)",
+            registry=registry,
+        )
+        self.throttled = Counter(
+            "fleetgate_scrape_budget_waits",
+            "Times due scrapes waited because the scrape CPU budget (scrape.cpuBudgetCores) was spent",
+            registry=registry,
         )
 
 
@@ -87,10 +110,30 @@ class Scraper:
         self._interval_s = scrape.interval_ms / 1000
         self._timeout_s = scrape.timeout_ms / 1000
         self._max_staleness_s = scrape.max_staleness_ms / 1000
+        self._slow_interval_s = scrape.slow_interval_ms / 1000
         self._default_engine: EngineType | None = None if scrape.engine == "auto" else scrape.engine
         self._fetcher: Fetcher = HttpxFetcher(client) if client is not None else KeepAliveFetcher()
         self._semaphore: asyncio.Semaphore | None = None
-        self._workers: dict[str, list[asyncio.Task[None]]] = {}  # pod name → its scrape and models loops
+        self._workers: dict[str, asyncio.Task[None]] = {}  # pod name → its models loop
+        self._scrapes: set[asyncio.Task[None]] = set()  # scrapes in flight
+        self._scrape_count = 0
+        self.cadence = Cadence(
+            self._interval_s,
+            idle_interval_s=min(scrape.idle_interval_ms, scrape.max_staleness_ms / 2) / 1000,
+            idle_after=scrape.idle_after_scrapes,
+            budget_cores=scrape.cpu_budget_cores,
+            dispatched=self._dispatched,
+        )
+        # a due pod this predicate says someone else keeps fresh (another replica) is not scraped
+        self.skip: Callable[[str], bool] | None = None
+        # called with each good sample this scraper took (scrape sharing publishes it to peers)
+        self.on_sample: Callable[[str, PodMetrics], None] | None = None
+        # requests other replicas sent a pod since its last sample (scrape sharing tells them)
+        self.extra_dispatched: Callable[[str], int | None] | None = None
+        self._full_body: dict[str, bool] = {}  # pod → it ignored the name filter last time
+        self._last_key: dict[str, tuple[object, ...]] = {}  # pod → its last sample's routing fields
+        self._memo: dict[str, LineMemo] = {}  # pod → its last body's parsed lines (promtext)
+        self._last_body: dict[str, tuple[bool, bytes, PodSample]] = {}  # pod → (perf, body, sample)
         self._seen_version = -1
         self._detected: dict[str, tuple[Endpoint, EngineType]] = {}
         self._prefix = PrefixHitWindow()
@@ -103,23 +146,41 @@ class Scraper:
     # --- public API ------------------------------------------------------------------------
     async def run(self) -> None:
         """Scrape all pods until cancelled, following pool membership changes."""
+        cadence = self.cadence
+        checked_at = -_MEMBERSHIP_S
+        throttled = 0
         try:
             while True:
-                self._sync_workers()
-                self._mark_overdue_stale(time.monotonic())
-                await asyncio.sleep(min(self._interval_s, 0.1))
+                now = time.monotonic()
+                if now - checked_at >= _MEMBERSHIP_S:
+                    checked_at = now
+                    self._sync_workers()
+                    self._mark_overdue_stale(now)
+                for name in cadence.due(now, skip=self.skip):
+                    task = asyncio.create_task(self._metered_scrape(name), name=f"scrape {name}")
+                    self._scrapes.add(task)
+                    task.add_done_callback(self._scrapes.discard)
+                if cadence.throttled != throttled:
+                    self.metrics.throttled.inc(cadence.throttled - throttled)
+                    throttled = cadence.throttled
+                wake = min(cadence.next_wakeup(now), checked_at + _MEMBERSHIP_S)
+                await asyncio.sleep(max(_TICK_S, wake - time.monotonic()))
         finally:
             await self._stop_workers()
             await self.aclose()
 
     async def scrape_once(self) -> None:
-        """Scrape every pod currently in the pool once, concurrently (bounded)."""
+        """Scrape every pod currently in the pool once, concurrently (bounded; no budget)."""
         await asyncio.gather(*(self._scrape_pod(p.name) for p in self._pool.pods()))
         self._mark_overdue_stale(time.monotonic())
 
     async def refresh_models_once(self) -> None:
         """Fetch every pod's `GET /v1/models` once, concurrently (bounded)."""
         await asyncio.gather(*(self._refresh_models(p.name) for p in self._pool.pods()))
+
+    def ignores_filter(self, name: str) -> bool:
+        """Whether pod `name` answered its last filtered scrape with its whole body (e.g. TGI)."""
+        return self._full_body.get(name, False)
 
     async def aclose(self) -> None:
         """Close the connections this scraper opened (a given httpx client stays open)."""
@@ -132,45 +193,59 @@ class Scraper:
         self._seen_version = self._pool.version
         current = {p.name for p in self._pool.pods()}
         for name in [n for n in self._workers if n not in current]:
-            for task in self._workers.pop(name):
-                task.cancel()
+            self._workers.pop(name).cancel()
+            self.cadence.remove(name)
+            self._full_body.pop(name, None)
+            self._last_key.pop(name, None)
+            self._memo.pop(name, None)
+            self._last_body.pop(name, None)
             self._detected.pop(name, None)
             self._fetcher.forget(name)
             self._prefix.forget(name)
             self._perf.forget(name)
             self._perf_read_at.pop(name, None)
             self._frozen.forget(name)
+        now = time.monotonic()
         for name in current:
-            if name not in self._workers:  # loops read the pod's endpoint from the pool each time
-                self._workers[name] = [
-                    asyncio.create_task(self._scrape_loop(name), name=f"scrape {name}"),
-                    asyncio.create_task(self._models_loop(name), name=f"models {name}"),
-                ]
+            if name not in self._workers:  # scrapes read the pod's endpoint from the pool each time
+                # first scrape at once (a new pod becomes routable quickly), then a random phase
+                # so pods discovered together do not all hit the network in the same instant
+                self.cadence.add(name, now, phase=random.random() * self._interval_s)
+                self._workers[name] = asyncio.create_task(self._models_loop(name), name=f"models {name}")
 
     async def _stop_workers(self) -> None:
-        tasks = [t for loops in self._workers.values() for t in loops]
+        tasks = [*self._workers.values(), *self._scrapes]
+        for name in list(self._workers):
+            self.cadence.remove(name)
         self._workers.clear()
+        self._scrapes.clear()
         self._seen_version = -1
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
     # --- loops -----------------------------------------------------------------------------
-    async def _scrape_loop(self, name: str) -> None:
-        loop = asyncio.get_running_loop()
-        # First scrape at once (a new pod becomes routable quickly), then a random phase so pods
-        # discovered together do not all hit the semaphore and the network in the same instant.
-        next_at = loop.time() - random.random() * self._interval_s
-        while True:
-            try:
-                await self._scrape_pod(name)
-            except Exception:  # a bug must not silently end this pod's scrapes
-                log.exception("scrape loop error", extra={"pod": name})
-            next_at += self._interval_s
-            now = loop.time()
-            if next_at < now:  # the scrape outlasted the interval: go on from now, no catch-up burst
-                next_at = now
-            await asyncio.sleep(next_at - now)
+    def _dispatched(self, name: str) -> int:
+        """Requests sent to the pod since its last sample: by this gateway, and by peer replicas."""
+        pod = self._pool.get(name)
+        own = 0 if pod is None else pod.dispatched_since_scrape
+        extra = self.extra_dispatched(name) if self.extra_dispatched is not None else None
+        return own + (extra or 0)
+
+    async def _metered_scrape(self, name: str) -> None:
+        """One scheduled scrape; every `_METER_EVERY`th is metered (reading the thread's CPU clock
+        is a syscall, several µs on a virtualised host) and the others charged the estimate."""
+        self._scrape_count += 1
+        metered = Metered(self._scrape_pod(name)) if self._scrape_count % _METER_EVERY == 0 else None
+        quiet = False
+        try:
+            quiet = await (metered if metered is not None else self._scrape_pod(name))
+        except Exception:  # a bug must not silently end this pod's scrapes
+            log.exception("scrape error", extra={"pod": name})
+        finally:
+            cpu_s = metered.cpu_s if metered is not None else None
+            self.metrics.cpu.inc(cpu_s if cpu_s is not None else self.cadence.cost_s)
+            self.cadence.finished(name, time.monotonic(), cpu_s=cpu_s, quiet=quiet)
 
     async def _models_loop(self, name: str) -> None:
         fetched = False
@@ -205,32 +280,50 @@ class Scraper:
             except TimeoutError:
                 raise FetchError("timeout", f"no answer within {self._cfg.timeout_ms} ms") from None
 
-    async def _scrape_pod(self, name: str) -> None:
+    def _path(self, name: str, engine: EngineType | None, with_perf: bool) -> tuple[str, int]:
+        """The scrape's path and how many sample names it asks for (0: unfiltered)."""
+        if not self._cfg.filter:
+            return PLAIN_PATH, 0
+        names = fetch_names(engine, perf=with_perf and not self._full_body.get(name, False))
+        return metrics_path(names), len(names)
+
+    async def _scrape_pod(self, name: str) -> bool:
+        """One scrape into the pool; True when the pod was quiet (see `cadence`)."""
         pod = self._pool.get(name)
         if pod is None:
-            return
+            return False
         endpoint = pod.endpoint
         was_stale = pod.stale and pod.metrics is not None
         started = time.perf_counter()
+        engine = self._engine_for(name, endpoint)
+        with_perf = (
+            self._measure_speed
+            and time.monotonic() - self._perf_read_at.get(name, -self._slow_interval_s)
+            >= self._slow_interval_s
+        )
+        path, asked = self._path(name, engine, with_perf)
         try:
-            body = await self._fetch(endpoint, "/metrics", "metrics")
-            if self._frozen.observe(name, body, pod.dispatched_since_scrape):
+            body = await self._fetch(endpoint, path, "metrics")
+            full = asked == 0 or ignores_filter(body, asked)
+            if asked:
+                self._full_body[name] = full
+            dispatched = self._dispatched(name)
+            # a filtered scrape that also asked for the histograms has another body: not compared
+            if (full or not with_perf) and self._frozen.observe(name, body, dispatched):
                 self._mark_frozen(pod)
-                return
-            engine = self._engine_for(name, endpoint)
+                return False
             scraped_at = time.monotonic()
-            with_perf = (
-                self._measure_speed
-                and scraped_at - self._perf_read_at.get(name, -_PERF_EVERY_S) >= _PERF_EVERY_S
-            )
             try:
-                sample = read_pod_sample(body, engine, scraped_at, perf=with_perf)
+                sample = self._read(name, body, engine, scraped_at, with_perf)
             except ValueError as exc:
+                self._memo.pop(name, None)
+                self._last_body.pop(name, None)
                 self._detected.pop(name, None)  # a different engine may now answer at this name
                 raise FetchError("bad_body", str(exc)) from None
             metrics = sample.metrics
             if engine is None:
                 self._detected[name] = (endpoint, metrics.engine)
+            quiet = self._quiet(name, sample, dispatched)
             if sample.prefix is not None:
                 metrics.prefix_cache_hit_rate = self._prefix.update(
                     name, scraped_at, sample.prefix, metrics.prefix_cache_hit_rate
@@ -251,12 +344,46 @@ class Scraper:
                     exc,
                     extra={"pod": name, "reason": exc.reason},
                 )
-            return
+            return False
         finally:
             self.metrics.duration.observe(time.perf_counter() - started)
         self._pool.record_scrape(name, metrics)
+        if self.on_sample is not None:
+            self.on_sample(name, metrics)
         if was_stale:
             log.info("pod metrics fresh again", extra={"pod": name})
+        return quiet
+
+    def _read(
+        self, name: str, body: bytes, engine: EngineType | None, scraped_at: float, perf: bool
+    ) -> PodSample:
+        """The body's sample; a body byte-identical to the pod's previous one (an idle pod) is not
+        parsed again, and changed bodies reparse only their changed lines (the line memo)."""
+        last = self._last_body.get(name)
+        if last is not None and last[0] == perf and last[1] == body:
+            last[2].metrics.scraped_at = scraped_at  # the pool's current sample: only newer
+            return last[2]
+        sample = read_pod_sample(body, engine, scraped_at, perf=perf, memo=self._memo.setdefault(name, {}))
+        self._last_body[name] = (perf, body, sample)
+        return sample
+
+    def _quiet(self, name: str, sample: PodSample, dispatched: int) -> bool:
+        """Nothing dispatched since the last scrape and the routing fields unchanged."""
+        m = sample.metrics
+        key = (
+            m.engine,
+            m.waiting,
+            m.running,
+            m.kv_usage,
+            m.running_adapters,
+            m.waiting_adapters,
+            m.max_lora,
+            m.batch_max_tokens,
+            sample.prefix,
+        )
+        previous = self._last_key.get(name)
+        self._last_key[name] = key
+        return dispatched == 0 and key == previous
 
     # --- staleness -------------------------------------------------------------------------
     def _mark_frozen(self, pod: PodState) -> None:

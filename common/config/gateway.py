@@ -59,17 +59,50 @@ class Discovery(_Base, kw_only=True):
             raise ValueError("exactly one of `static` or `kubernetes` must be set")
 
 
+class ScrapeSharing(_Base, kw_only=True):
+    """Gateway replicas split the pods between them (a consistent-hash ring over the replicas that
+    answer) and pull each other's samples, so each pod is scraped once per interval however many
+    replicas run; see docs/scraping.md. `peers`: the replicas' sharing endpoints, a static list of
+    URLs or a Kubernetes selector for the gateway's own pods (their `targetPort` = `port`)."""
+
+    peers: Discovery
+    port: Port = 9003
+    host: str | None = None  # None: the gateway's own `host`
+    replica_id: str | None = None  # None: $POD_NAME, else hostname:port (unique per replica)
+    # the shared bearer token (same in every replica): this file, else this environment variable
+    token_file: str | None = None
+    token_env: str = "FLEETGATE_PEER_TOKEN"
+    pull_interval_ms: Annotated[int, Meta(ge=10, le=10_000)] = 50
+    # a peer not answering for this long leaves the ring: its pods are taken over
+    peer_timeout_ms: Annotated[int, Meta(ge=50, le=60_000)] = 1000
+
+
 class Scrape(_Base, kw_only=True):
     interval_ms: Annotated[int, Meta(ge=10, le=60_000)] = 100
     timeout_ms: Annotated[int, Meta(ge=10, le=60_000)] = 500
     stale_after_misses: Annotated[int, Meta(ge=1, le=100)] = 3
     max_staleness_ms: Annotated[int, Meta(ge=10)] = 1000
-    max_concurrency: Annotated[int, Meta(ge=1, le=10_000)] = 64
+    # scrapes in flight at once: 1,000 pods at 100 ms with ~5 ms answers keep ~50 in flight
+    max_concurrency: Annotated[int, Meta(ge=1, le=10_000)] = 256
     models_refresh_s: Annotated[float, Meta(gt=0)] = 5.0
     engine: Engine = "auto"
     # frozen metrics: this many scrapes in a row with a byte-identical /metrics body while the
     # gateway kept sending the pod requests mark it stale (0: off); see metrics/frozen.py
     frozen_after_scrapes: Annotated[int, Meta(ge=0, le=1000)] = 10
+    # ask pods for only the samples routing reads (`/metrics?name[]=...`, honoured by vLLM and
+    # SGLang; TGI answers its whole body, which is read as before); docs/scraping.md
+    filter: bool = True
+    # the latency histograms' sums and counts (read only for the capacity agent) this often
+    slow_interval_ms: Annotated[int, Meta(ge=10, le=600_000)] = 1000
+    # a pod quiet for this many scrapes in a row (no requests dispatched to it, sample unchanged)
+    # is scraped every `idleIntervalMs` until a request is dispatched to it (0: never); the idle
+    # interval is used within [intervalMs, maxStalenessMs / 2] so an idle pod stays fresh
+    idle_after_scrapes: Annotated[int, Meta(ge=0, le=1000)] = 3
+    idle_interval_ms: Annotated[int, Meta(ge=10, le=60_000)] = 500
+    # CPU (cores) this gateway process spends on scrapes at most; over it the most overdue pods are
+    # scraped first, round-robin (0: no limit)
+    cpu_budget_cores: Annotated[float, Meta(ge=0, le=64)] = 0.5
+    sharing: ScrapeSharing | None = None  # None: this replica scrapes every pod itself
 
 
 class Saturation(_Base, kw_only=True):

@@ -1,0 +1,377 @@
+"""Scrape cost at fleet scale: gateway CPU per scrape, scrapes/s per core, pod-side render CPU, freshness.
+
+`python -m bench.scale_scrape [--quick] [--pods 1000] [--seconds S]`; `rows(quick)` is what
+`fleetgate bench scale` imports. All figures are CPU time (process_time of the bench process, which
+runs only the scraper, or /proc of a child), so they carry over from a loaded machine; freshness is
+wall-clock and so depends on the machine's load, which the table notes.
+
+1. parse: µs of CPU to read one vLLM-size body (prometheus_client-rendered, 43 KB) as before (the whole
+   body; with the latency histograms once a second) and as now (the `name[]`-filtered body).
+2. whole scrapes over loopback (fetch + parse + map + pool), unfiltered vs filtered: µs per scrape
+   and the scrapes/s one core sustains, against simulated pods (`modelsim.metrics_ports`).
+3. the pod's side: CPU per second of a real prometheus_client app (vLLM's metric set under uvicorn,
+   as vLLM serves it) and of a simulator pod, under one gateway's scrapes at 100 ms, unfiltered vs
+   filtered (an idle baseline of the same length subtracted).
+4. 1,000 pods from one simulator process pair, one scraper at the default 100 ms interval (every
+   pod at the fast interval: the adaptive idle interval off, the strict case), CPU budget 1 core:
+   the share of pods whose metrics are at most 2 x the interval old, and the cores it used; then the
+   same fleet with the defaults (idle pods slowed down) for its CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import socket
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from bench import report
+from bench.procstat import cpu_seconds
+from bench.promtext_bench import vllm_metrics_body, vllm_registry
+from cluster_gateway.metrics.engines import fetch_names, read_pod_sample
+from cluster_gateway.metrics.scraper import Scraper
+from cluster_gateway.pool import Endpoint, EndpointPool
+from common.config.gateway import Scrape
+from common.runloop import run as run_loop
+
+__all__ = ["Row", "main", "rows", "table"]
+
+INTERVAL_MS = 100
+
+
+@dataclass(frozen=True)
+class Row:
+    measure: str
+    pods: int | None
+    value: float
+    unit: str
+    note: str = ""
+
+
+# --- 1. parse -----------------------------------------------------------------------------------
+
+
+def _cpu_per_call(fn: Any, rounds: int) -> float:
+    """Median µs of CPU per call over 5 batches."""
+    out = []
+    for _ in range(5):
+        t0 = time.process_time()
+        for _ in range(rounds):
+            fn()
+        out.append((time.process_time() - t0) / rounds * 1e6)
+    return statistics.median(out)
+
+
+def _filtered(body: bytes, names: frozenset[str]) -> bytes:
+    """The body prometheus_client answers to `?name[]=<names>` (its `restricted_registry`)."""
+    from prometheus_client import generate_latest
+
+    return generate_latest(vllm_registry().restricted_registry(sorted(names)))  # type: ignore[arg-type]
+
+
+def parse_rows(rounds: int) -> list[Row]:
+    full = vllm_metrics_body()
+    fast = _filtered(full, fetch_names("vllm", perf=False))
+    slow = _filtered(full, fetch_names("vllm", perf=True))
+    cases = [
+        ("parse, whole body (before)", full, False, False),
+        ("parse, whole body + histograms (before, 1/s)", full, True, False),
+        ("parse, filtered body, every line changed", fast, False, False),
+        ("parse, filtered body, unchanged lines memoised (now)", fast, False, True),
+        ("parse, filtered + sums/counts (now, 1/s)", slow, True, True),
+    ]
+    out = []
+    for label, body, perf, memo in cases:
+        memos: dict[bytes, Any] = {}
+
+        def one(
+            b: bytes = body, p: bool = perf, m: dict[bytes, Any] | None = memos if memo else None
+        ) -> None:
+            read_pod_sample(b, "vllm", 0.0, perf=p, memo=m)
+
+        us = _cpu_per_call(one, rounds)
+        out.append(Row(label, None, us, "µs CPU", f"{len(body) / 1024:.1f} KB body"))
+    return out
+
+
+# --- simulated pods in child processes ------------------------------------------------------------
+
+
+def _serve_sim_pods(count: int, ports: Any, ready: Any) -> None:
+    from modelsim.fleet import PodSpec
+    from modelsim.metrics_ports import MetricsPorts
+
+    async def main() -> None:
+        fleet = MetricsPorts(count, PodSpec(profile="h100-llama3-8b"))
+        for i, port in enumerate(await fleet.start()):
+            ports[i] = port
+        ready.set()
+        await asyncio.Event().wait()
+
+    run_loop(main())
+
+
+class SimProcesses:
+    """`count` simulated pods' /metrics split over `processes` child processes."""
+
+    def __init__(self, count: int, processes: int = 1) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        sizes = [count // processes + (i < count % processes) for i in range(processes)]
+        self._children = []
+        self._ports = []
+        for size in sizes:
+            ports, ready = ctx.Array("i", size), ctx.Event()
+            child = ctx.Process(target=_serve_sim_pods, args=(size, ports, ready), daemon=True)
+            child.start()
+            self._children.append((child, ready))
+            self._ports.append(ports)
+
+    def __enter__(self) -> list[int]:
+        for _child, ready in self._children:
+            if not ready.wait(120):
+                raise RuntimeError("simulated pods did not start")
+        return [int(p) for ports in self._ports for p in ports[:]]
+
+    @property
+    def pids(self) -> list[int]:
+        return [c.pid for c, _ in self._children if c.pid is not None]
+
+    def __exit__(self, *exc: object) -> None:
+        for child, _ in self._children:
+            child.terminate()
+        for child, _ in self._children:
+            child.join(10)
+
+
+def _pool(ports: list[int]) -> EndpointPool:
+    pool = EndpointPool()
+    pool.set_endpoints(
+        Endpoint(name=f"pod-{i}", address="127.0.0.1", port=p, engine="vllm") for i, p in enumerate(ports)
+    )
+    return pool
+
+
+@dataclass
+class _Run:
+    scrapes: float
+    cpu_s: float
+    metered_s: float
+    seconds: float
+    fresh_shares: list[float]
+
+
+async def _scrape_for(pool: EndpointPool, cfg: Scrape, warmup: float, seconds: float) -> _Run:
+    scraper = Scraper(pool, cfg, measure_speed=False)
+    task = asyncio.create_task(scraper.run())
+    count = "fleetgate_scrape_duration_seconds_count"
+    limit = 2 * cfg.interval_ms / 1000
+    shares: list[float] = []
+    try:
+        await asyncio.sleep(warmup)
+        reg = scraper.registry
+        n0, m0 = (
+            reg.get_sample_value(count) or 0.0,
+            reg.get_sample_value("fleetgate_scrape_cpu_seconds_total"),
+        )
+        cpu0, t0 = time.process_time(), time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            await asyncio.sleep(0.05)
+            now = time.monotonic()
+            pods = pool.pods()
+            fresh = sum(1 for p in pods if not p.stale and p.metrics_age(now) <= limit)
+            shares.append(fresh / len(pods))
+        n1, m1 = (
+            reg.get_sample_value(count) or 0.0,
+            reg.get_sample_value("fleetgate_scrape_cpu_seconds_total"),
+        )
+        cpu1, t1 = time.process_time(), time.monotonic()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    return _Run(n1 - n0, cpu1 - cpu0, (m1 or 0.0) - (m0 or 0.0), t1 - t0, shares)
+
+
+# --- 2. whole scrapes -----------------------------------------------------------------------------
+
+
+def whole_scrape_rows(pods: int, seconds: float) -> list[Row]:
+    out = []
+    with SimProcesses(pods) as ports:
+        for label, filt in (("unfiltered (before)", False), ("filtered (now)", True)):
+            cfg = Scrape(interval_ms=20, filter=filt, idle_after_scrapes=0, cpu_budget_cores=0, engine="vllm")
+            r = run_loop(_scrape_for(_pool(ports), cfg, 1.5, seconds))
+            us = r.cpu_s / max(r.scrapes, 1) * 1e6
+            out.append(Row(f"gateway CPU per scrape, {label}", pods, us, "µs CPU", "fetch+parse+map"))
+            out.append(Row(f"scrapes/s one core sustains, {label}", pods, 1e6 / us, "scrapes/s"))
+            if filt:
+                metered = r.metered_s / max(r.scrapes, 1) * 1e6
+                out.append(Row("budget's metered share of a scrape", pods, metered, "µs CPU", "cpu_meter"))
+    return out
+
+
+# --- 3. the pod's side ----------------------------------------------------------------------------
+
+
+def _serve_prometheus_app(port_out: Any, ready: Any) -> None:
+    """vLLM's metric set in prometheus_client's ASGI app under uvicorn, as vLLM's API server runs it."""
+    import uvicorn
+    from prometheus_client import make_asgi_app
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port_out.value = sock.getsockname()[1]
+    app = make_asgi_app(vllm_registry())
+    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False))
+
+    async def main() -> None:
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started:  # noqa: ASYNC110 - uvicorn exposes no started event
+            await asyncio.sleep(0.01)
+        ready.set()
+        await task
+
+    asyncio.run(main())
+
+
+def _serve_sim_pod(port_out: Any, ready: Any) -> None:
+    """One full simulator pod (its uvicorn app), as the tests and the demo run it."""
+    from modelsim.fleet import PodSpec, SimFleet
+
+    async def main() -> None:
+        async with SimFleet([PodSpec(profile="h100-llama3-8b")]) as fleet:
+            port_out.value = fleet.pods[0].port
+            ready.set()
+            await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+async def _server_cpu(pool: EndpointPool, cfg: Scrape, pid: int, seconds: float) -> tuple[float, float]:
+    """(CPU seconds of process `pid`, wall seconds) while one scraper scrapes `pool`."""
+    scraper = Scraper(pool, cfg, measure_speed=True)
+    task = asyncio.create_task(scraper.run())
+    await asyncio.sleep(1.0)
+    c0, t0 = cpu_seconds([pid]), time.monotonic()
+    await asyncio.sleep(seconds)
+    c1, t1 = cpu_seconds([pid]), time.monotonic()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    return c1 - c0, t1 - t0
+
+
+def render_rows(rounds: int) -> list[Row]:
+    """prometheus_client's own render of vLLM's metric set, whole and filtered (no HTTP)."""
+    from prometheus_client import generate_latest
+
+    reg = vllm_registry()
+    fast = reg.restricted_registry(sorted(fetch_names("vllm", perf=False)))
+    out = []
+    for label, target in (("whole body (before)", reg), ("filtered (now)", fast)):
+        us = _cpu_per_call(lambda t=target: generate_latest(t), rounds)  # type: ignore[misc]
+        out.append(Row(f"prometheus_client render, {label}", 1, us, "µs CPU", "in process, no HTTP"))
+    return out
+
+
+def pod_side_rows(seconds: float) -> list[Row]:
+    ctx = multiprocessing.get_context("spawn")
+    out = render_rows(200)
+    for label, target in (
+        ("prometheus_client app", _serve_prometheus_app),
+        ("simulator pod", _serve_sim_pod),
+    ):
+        port, ready = ctx.Value("i", 0), ctx.Event()
+        child = ctx.Process(target=target, args=(port, ready), daemon=True)
+        child.start()
+        try:
+            if not ready.wait(60) or child.pid is None:
+                raise RuntimeError(f"{label} did not start")
+            time.sleep(0.5)
+            c0 = cpu_seconds([child.pid])
+            time.sleep(seconds)
+            idle = (cpu_seconds([child.pid]) - c0) / seconds
+            for mode, filt in (("unfiltered (before)", False), ("filtered (now)", True)):
+                cfg = Scrape(interval_ms=INTERVAL_MS, filter=filt, idle_after_scrapes=0, engine="vllm")
+                cpu, wall = run_loop(_server_cpu(_pool([port.value]), cfg, child.pid, seconds))
+                share = max(0.0, cpu / wall - idle) * 100
+                out.append(
+                    Row(f"{label} CPU under one gateway, {mode}", 1, share, "% of a core", "10 scrapes/s")
+                )
+        finally:
+            child.terminate()
+            child.join(10)
+    return out
+
+
+# --- 4. 1,000 pods --------------------------------------------------------------------------------
+
+
+def fleet_rows(pods: int, seconds: float) -> list[Row]:
+    out = []
+    with SimProcesses(pods, processes=2) as ports:
+        strict = Scrape(interval_ms=INTERVAL_MS, idle_after_scrapes=0, cpu_budget_cores=1.0, engine="vllm")
+        r = run_loop(_scrape_for(_pool(ports), strict, 3.0, seconds))
+        shares = sorted(r.fresh_shares)
+        mean = statistics.fmean(shares) * 100
+        worst = shares[0] * 100
+        p1 = shares[max(0, len(shares) // 100 - 1)] * 100
+        note = "every pod at 100 ms, budget 1 core; loaded machine"
+        out.append(Row("pods fresh (≤ 2x interval), mean of samples", pods, mean, "%", note))
+        out.append(Row("pods fresh, worst 1% of samples", pods, p1, "%", f"worst sample {worst:.1f}%"))
+        out.append(Row("scraper cores, every pod at 100 ms", pods, r.cpu_s / r.seconds, "cores"))
+        out.append(Row("scrapes/s achieved", pods, r.scrapes / r.seconds, "scrapes/s"))
+        adaptive = Scrape(interval_ms=INTERVAL_MS, engine="vllm")  # defaults: idle pods at 500 ms
+        r = run_loop(_scrape_for(_pool(ports), adaptive, 3.0, seconds))
+        out.append(
+            Row(
+                "scraper cores, defaults (idle pods at 500 ms)",
+                pods,
+                r.cpu_s / r.seconds,
+                "cores",
+                "all idle",
+            )
+        )
+    return out
+
+
+# --- report -------------------------------------------------------------------------------------
+
+
+def rows(quick: bool = False, pods: int = 1000) -> list[Row]:
+    """Every row of this bench (`fleetgate bench scale` calls this)."""
+    seconds = 3.0 if quick else 8.0
+    out = parse_rows(300 if quick else 2000)
+    out += whole_scrape_rows(50, seconds)
+    out += pod_side_rows(seconds)
+    out += fleet_rows(pods, seconds)
+    return out
+
+
+def table(result: list[Row]) -> str:
+    cells = [
+        [
+            r.measure,
+            "" if r.pods is None else str(r.pods),
+            f"{r.value:,.3g}" if r.value < 100 else f"{r.value:,.0f}",
+            r.unit,
+            r.note,
+        ]
+        for r in result
+    ]
+    return report.markdown_table(["measure", "pods", "value", "unit", "note"], cells, right={1, 2})
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--quick", action="store_true", help="shorter measurements")
+    ap.add_argument("--pods", type=int, default=1000, help="pods in the freshness run")
+    args = ap.parse_args(argv)
+    print(table(rows(args.quick, args.pods)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -35,7 +35,7 @@ from common.config.gateway import Scheduling, TwoStage
 
 PODS = (10, 100, 1000, 5000)
 CLUSTERS = (3, 30, 300)
-SCRAPE_MODULE = "bench.scale_scrape"  # i16a's scrape section: `rows(quick) -> list[Row]`, `table(rows)`
+SCRAPE_MODULE = "bench.scale_scrape"  # the scrape section: `rows(quick) -> list[Row]`, `table(rows)`
 
 
 @dataclass
@@ -93,7 +93,7 @@ def cluster_rows(quick: bool) -> list[ClusterRow]:
 
 
 def scrape_section(quick: bool) -> tuple[str, list[Any]]:
-    """i16a's scrape figures when `bench.scale_scrape` is installed, else a note saying so."""
+    """The scrape figures when `bench.scale_scrape` is installed, else a note saying so."""
     if importlib.util.find_spec(SCRAPE_MODULE) is None:
         return (f"_Scrape section skipped: `{SCRAPE_MODULE}` is not on this branch._", [])
     mod = importlib.import_module(SCRAPE_MODULE)

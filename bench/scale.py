@@ -202,7 +202,7 @@ def plot(pods: list[PodRow], clusters: list[ClusterRow], scrape_rows: list[Any],
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="fleetgate bench scale", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer decisions and requests per size")
     report.add_output_options(ap, "scale", "the plot goes next to it as .png")
     args = ap.parse_args(argv)

@@ -71,7 +71,9 @@ class WorkerProcesses:
 
     def begin_drain(self) -> None:
         """Tell every worker the server is draining (SIGUSR1): its `/ready` answers 503 from now
-        on while it keeps serving until `stop()` (docs/drain.md)."""
+        on while it keeps serving until `stop()` (docs/drain.md). A worker that exits from now on is
+        not restarted: a fresh one would not know of the drain and would answer ready again."""
+        self._stopping = True
         for proc in self._procs.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGUSR1)

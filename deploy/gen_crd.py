@@ -35,7 +35,11 @@ HEADER = (
 
 
 class _Dumper(yaml.SafeDumper):
-    """Block-style YAML with multi-line strings kept readable."""
+    """Block-style YAML with multi-line strings kept readable, and no anchors: a schema reused in
+    two places is written out twice (kubectl and most CRD tooling read anchors poorly)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:

@@ -6,7 +6,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.outside_loadgen import MODEL, Row, guidellm_command, guidellm_dataset, markdown, scenarios
+from bench.outside_loadgen import (
+    MODEL,
+    Row,
+    _guidellm_row,
+    guidellm_command,
+    guidellm_dataset,
+    markdown,
+    scenarios,
+)
 from bench.trace import generate
 
 
@@ -47,3 +55,23 @@ def test_report_sets_clients_side_by_side_with_ratios_to_round_robin() -> None:
     assert "| no-adapters | guidellm | latency | 10 | 1 | 0.50 | 2.00 | 2.00 | 0.50x / 0.25x | note |" in md
     assert "guidellm skipped" not in md
     assert "guidellm skipped: not installed" in markdown(rows[:2], "c", 4, "not installed")
+
+
+def test_guidellm_report_is_read_in_seconds_with_its_dispatch_lag() -> None:
+    # the shape of guidellm 0.8.1's JSON report (only the fields read)
+    pct = {"p50": 500.0, "p90": 900.0, "p99": 1500.0}
+    report = {
+        "benchmarks": [
+            {
+                "metrics": {
+                    "time_to_first_token_ms": {"successful": {"percentiles": pct}},
+                    "request_totals": {"successful": 7, "errored": 1, "incomplete": 0, "total": 8},
+                    "root_dispatch_delay": {"percentiles": {"p95": 0.25}},
+                }
+            }
+        ]
+    }
+    row = _guidellm_row("no-adapters", "latency", report, "")
+    assert (row.requests, row.errors) == (8, 1)
+    assert (row.ttft_p50, row.ttft_p90, row.ttft_p99) == (0.5, 0.9, 1.5)
+    assert row.note == "dispatch lag p95 0.25 s"

@@ -328,7 +328,8 @@ def markdown(rows: Sequence[Row], command: str, pods: int, skipped: str | None) 
         " each run on a fresh fleet; TTFT in seconds, client-measured",
         "- both clients replay the same seeded trace at its own timestamps (guidellm: profile `replay`,"
         " schedule_turn=timestamp) with the same prompts and output lengths; the built-in client sends"
-        " the long generations unstreamed (their TTFT is their full response), guidellm streams all",
+        " the long generations unstreamed, so its TTFT covers the streamed chats only; guidellm streams"
+        " every request and its TTFT covers all of them",
     ]
     if skipped:
         out.append(f"- guidellm skipped: {skipped}")

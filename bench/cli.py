@@ -60,6 +60,11 @@ SCENARIOS: dict[str, Scenario] = {
     "estimate": Scenario(
         "bench.estimate_accuracy", "the agent's TTFT estimate vs measured TTFT", own_report=True
     ),
+    "loadgen": Scenario(
+        "bench.outside_loadgen",
+        "routing scenarios driven by guidellm next to the built-in client (--install sets it up)",
+        own_report=True,
+    ),
 }
 
 

@@ -4,6 +4,10 @@ Starts one simulated pod in a separate process (`fleetgate sim`), drives it with
 streaming clients at several concurrencies, and prints measured output throughput, TTFT and
 inter-token latency next to what the profile's roofline predicts for that batch, plus the
 simulator process's CPU use (so fleet-sized benchmarks can be planned for a 2-core machine).
+
+Then the calibration table: what the simulator does (a batch-1 decode's ITL and a one-chunk
+prefill, measured; its KV pool and batch limits, read from the pod) next to the published or
+derived figure each profile number stands on (`modelsim.profiles.REFERENCES`), with its source.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from pathlib import Path
 import httpx
 
 from common.tokens import count_tokens
-from modelsim.profiles import HardwareProfile, get_profile
+from modelsim.profiles import METRICS, REFERENCES, HardwareProfile, get_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -166,6 +170,53 @@ def expected(
     return batch * out / gpu_time / scale, ttft * scale, decode * scale, gpu_time / out * scale
 
 
+async def calibration(url: str, p: HardwareProfile, scale: float) -> dict[str, float]:
+    """The simulator's own figures for each calibration metric (times divided by `scale`)."""
+    out: dict[str, float] = {}
+    async with httpx.AsyncClient(base_url=url, timeout=120) as c:
+        state = (await c.get("/admin/state")).json()
+        out["kv_tokens"] = state["kv"]["num_gpu_blocks"] * state["kv"]["block_size"]
+        out["max_num_seqs"] = state["max_num_seqs"]
+        out["max_num_batched_tokens"] = state["max_num_batched_tokens"]
+        # Alone on the pod: batch 1. The engine's own histograms, not the client's clock: a busy
+        # client reading a fast pod's stream gets tokens merged, which says nothing about the pod.
+        itl = "vllm:inter_token_latency_seconds"
+        s0, n0 = await histogram(c, itl)
+        await one_request(c, 7_000_001, 64, 64, LevelResult(1))
+        s1, n1 = await histogram(c, itl)
+        out["itl_b1_ms"] = 1e3 * (s1 - s0) / max(1.0, n1 - n0) / scale
+        chunk = p.max_num_batched_tokens - 1  # one prefill step, the first token sampled in it
+        prefill = "vllm:request_prefill_time_seconds"
+        s0, n0 = await histogram(c, prefill)
+        for i in range(3):  # distinct prompts: no prefix-cache hits
+            await one_request(c, 7_100_000 + i, chunk, 1, LevelResult(1))
+        s1, n1 = await histogram(c, prefill)
+        out["prefill_tok_s"] = chunk * (n1 - n0) / max(1e-9, s1 - s0) * scale
+    return out
+
+
+async def histogram(c: httpx.AsyncClient, name: str) -> tuple[float, float]:
+    """(sum, count) of one of the pod's histograms (the engine's own clock, not a loaded client's)."""
+    body = (await c.get("/metrics")).text
+    total = re.search(rf"^{name}_sum\{{[^}}]*\}} (\S+)$", body, re.M)
+    count = re.search(rf"^{name}_count\{{[^}}]*\}} (\S+)$", body, re.M)
+    return (float(total.group(1)) if total else 0.0, float(count.group(1)) if count else 0.0)
+
+
+def print_calibration(profile: str, measured: dict[str, float]) -> None:
+    refs = REFERENCES.get(profile)
+    if not refs:
+        print(f"(no published references for profile {profile}: a test profile)")
+        return
+    print("| metric | sim | reference | within | kind | source |")
+    print("|---|---|---|---|---|---|")
+    for r in refs:
+        v = measured[r.metric]
+        ref = f"{r.low:,.0f}" if r.low == r.high else f"{r.low:,.4g} - {r.high:,.4g}"
+        ok = "yes" if r.low * 0.999 <= v <= r.high * 1.001 else "NO"
+        print(f"| {METRICS[r.metric]} | {v:,.4g} | {ref} | {ok} | {r.kind} | {r.source} |")
+
+
 def start_sim(profile: str, time_scale: float, pods: int) -> tuple[subprocess.Popen[str], list[str]]:
     cmd = [sys.executable, "-m", "fleetgate.cli", "sim", "--pods", str(pods), "--base-port", "0",
            "--profile", profile, "--time-scale", str(time_scale), "--log-level", "warning"]  # fmt: skip
@@ -209,6 +260,8 @@ async def main_async(args: argparse.Namespace) -> int:
                 f"| {100 * r.cpu_s / r.wall_s:.0f} |" + (f" errors={r.errors}" if r.errors else ""),
                 flush=True,
             )
+        print()
+        print_calibration(args.profile, await calibration(urls[0], p, args.time_scale))
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

@@ -24,6 +24,7 @@ class Endpoint:
     port: int
     engine: EngineType | None = None  # None: detect from the first scrape
     labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)  # e.g. the pod's KV-events endpoint
 
     @property
     def hostport(self) -> str:

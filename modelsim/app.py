@@ -179,6 +179,7 @@ class SimApp:
     async def reset_prefix_cache(self, scope: Scope, receive: Receive, send: Send) -> None:
         """vLLM's POST /reset_prefix_cache: drop every cached block no request holds."""
         self.pod.engine.kv.reset_prefix_cache()
+        self.pod.engine.publish_kv_events()
         await send_body(send, 200, b"")
 
     # -- admin ----------------------------------------------------------------------------------

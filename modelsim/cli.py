@@ -14,6 +14,7 @@ from common.config.loader import ConfigError, load_config
 from common.listen_error import ListenError
 from modelsim.faults import MODES, FaultError
 from modelsim.fleet import PodSpec, SimFleet
+from modelsim.kv_events import KVEventsConfig
 from modelsim.profiles import PROFILES
 
 log = logging.getLogger("modelsim")
@@ -37,6 +38,8 @@ class PodSpecEntry(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     enable_prefix_caching: bool = True
     fault: str | None = None
     fault_params: dict[str, float] = {}
+    kv_events_config: str | None = None  # vLLM's --kv-events-config JSON
+    prefix_hash_seed: str | None = None
     replicas: int = 1
 
 
@@ -92,6 +95,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="I:MODE[:k=v,...]",
         help=f"start pod I with a fault ({'|'.join(MODES)}), e.g. 0:error:rate=0.3,status=503; repeatable",
     )
+    p.add_argument(
+        "--kv-events-config",
+        default=None,
+        metavar="JSON",
+        help='publish vLLM KV-cache events over ZMQ, vLLM\'s JSON: {"enable_kv_cache_events": true, '
+        '"endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558", "topic": "kv"}; '
+        "* binds --host, pod i adds i to both ports",
+    )
+    p.add_argument(
+        "--prefix-hash-seed",
+        default="0",
+        help="seed of the sha256_cbor block hashes in KV events (vLLM: PYTHONHASHSEED of the engine)",
+    )
     p.add_argument("--log-level", default="info", help="log level (default info)")
 
 
@@ -111,6 +127,15 @@ def _fault_params(flag: str, kvs: str) -> dict[str, float | int]:
         if not eq:
             raise ConfigError(f"--fault {flag!r}: parameter {kv!r} is not k=<number>")
     return out
+
+
+def _kv_events(text: str | None) -> KVEventsConfig | None:
+    if not text:
+        return None
+    try:
+        return KVEventsConfig.parse(text)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def build_specs(args: argparse.Namespace) -> list[PodSpec]:
@@ -138,6 +163,8 @@ def build_specs(args: argparse.Namespace) -> list[PodSpec]:
                         enable_prefix_caching=e.enable_prefix_caching,
                         fault=e.fault,
                         fault_params=dict(e.fault_params),
+                        kv_events=_kv_events(e.kv_events_config or args.kv_events_config),
+                        prefix_hash_seed=e.prefix_hash_seed or args.prefix_hash_seed,
                     )
                 )
     else:
@@ -145,6 +172,7 @@ def build_specs(args: argparse.Namespace) -> list[PodSpec]:
             raise ConfigError("--pods: must be >= 1")
         adapters = _csv(args.adapters)
         preload = _csv(args.preload)
+        kv_events = _kv_events(args.kv_events_config)
         specs = [
             PodSpec(
                 profile=args.profile,
@@ -157,6 +185,8 @@ def build_specs(args: argparse.Namespace) -> list[PodSpec]:
                 time_scale=args.time_scale,
                 kv_capacity_tokens=args.kv_capacity_tokens,
                 max_num_seqs=args.max_num_seqs,
+                kv_events=kv_events,
+                prefix_hash_seed=args.prefix_hash_seed,
             )
             for i in range(args.pods)
         ]
@@ -185,6 +215,9 @@ async def _serve(fleet: SimFleet) -> None:
         s = pod.spec
         adapters = f" adapters={','.join(s.adapters)}" if s.adapters else ""
         fault = f" fault={s.fault}" if s.fault else ""
+        if pod.kv_events is not None:
+            replay = f" replay={pod.kv_events.replay_endpoint}" if pod.kv_events.replay_endpoint else ""
+            fault += f" kv-events={pod.kv_events.endpoint}{replay}"
         print(
             f"modelsim pod {pod.index} listening on {pod.url} "
             f"(profile={s.profile} model={s.model} metrics={s.metrics_format}{adapters}{fault})",

@@ -6,6 +6,10 @@ an unfinished prefill), preempting the newest running request when the KV pool c
 if nothing was preempted, waiting requests in FCFS order, each starting after its prefix-cache hit.
 The step then lasts as long as the profile's roofline says for that batch, and afterwards every
 request whose known tokens are all computed samples one new token.
+
+With a KV-event publisher the prompt is tokenised (`common.kv_block_hash.sim_token_ids`) and its
+blocks hashed the way vLLM's `sha256_cbor` does, and every step that stored or evicted blocks is
+published as one batch, so a gateway can rebuild the cache's contents exactly.
 """
 
 from __future__ import annotations
@@ -21,8 +25,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from common.errors import OpenAIError, bad_request, not_found_model, unavailable
+from common.kv_block_hash import BlockHasher, sim_token_ids
+from common.kv_events import AllBlocksCleared
 from common.tokens import CHARS_PER_TOKEN, count_tokens
 from modelsim.kv_cache import KVCache, prompt_block_hashes
+from modelsim.kv_events import KVEventPublisher
 from modelsim.lora_slots import LoraSlots
 from modelsim.profiles import HardwareProfile
 from modelsim.request import SimRequest, Status
@@ -54,6 +61,8 @@ class Engine:
         time_scale: float = 1.0,
         enable_prefix_caching: bool = True,
         tag: str = "0",
+        kv_publisher: KVEventPublisher | None = None,
+        prefix_hash_seed: str = "0",
     ) -> None:
         if time_scale <= 0:
             raise ValueError("time_scale must be > 0")
@@ -70,13 +79,24 @@ class Engine:
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         self.stopped = False
+        self.kv_publisher = kv_publisher
+        self._hasher = BlockHasher(profile.block_size, prefix_hash_seed) if kv_publisher is not None else None
+        self._lora_ids: dict[str, int] = {}  # adapter → vLLM-style lora_int_id in BlockStored events
         self._init_state()
 
     def _init_state(self) -> None:
         """Everything a process restart loses."""
         p = self.profile
         self.rng = random.Random(self.seed)
-        self.kv = KVCache(p.num_gpu_blocks, p.block_size, self.enable_prefix_caching)
+        if self.kv_publisher is not None and hasattr(self, "kv"):
+            self.kv_publisher.publish([AllBlocksCleared()])  # a restart forgets every block
+        self.kv = KVCache(
+            p.num_gpu_blocks,
+            p.block_size,
+            self.enable_prefix_caching,
+            record_events=self.kv_publisher is not None,
+            lora_ids=self._lora_ids,
+        )
         self.lora = LoraSlots(self.max_lora, self._spec_adapters, self._spec_preload)
         for a in self._spec_preload:
             self.lora.known.setdefault(a, f"/adapters/{a}")
@@ -143,12 +163,21 @@ class Engine:
                 out, reason = room, "length"
         self._counter += 1
         loop = asyncio.get_running_loop()
+        token_ids: list[int] = []
+        if not self.enable_prefix_caching:
+            hashes: list[int] = []
+        elif self._hasher is not None:
+            token_ids = sim_token_ids(prompt_text)
+            hashes = self._hasher.hashes(token_ids, lora)
+            if lora:
+                self._lora_ids.setdefault(lora, len(self._lora_ids) + 1)
+        else:
+            hashes = prompt_block_hashes(prompt_text, p.block_size, CHARS_PER_TOKEN, lora)
         req = SimRequest(
             rid=f"{self.tag}-{self._counter:x}",
             prompt_tokens=prompt_tokens,
-            block_hashes=prompt_block_hashes(prompt_text, p.block_size, CHARS_PER_TOKEN, lora)
-            if self.enable_prefix_caching
-            else [],
+            block_hashes=hashes,
+            token_ids=token_ids,
             max_output=out,
             finish_on_limit=reason,
             lora=lora,
@@ -210,6 +239,7 @@ class Engine:
             now = loop.time()
             t0 = step_end if now - step_end < MAX_CATCH_UP_S else now
             batch, loads = self._schedule(now)
+            self.publish_kv_events()
             if not batch:  # nothing fits this instant (cannot last: max_model_len <= KV pool)
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
@@ -223,6 +253,11 @@ class Engine:
             step_end = t0 + duration
             await asyncio.sleep(max(0.0, step_end - loop.time()))
             self._apply(batch, loop.time())
+
+    def publish_kv_events(self) -> None:
+        """Publish what the cache stored or evicted since the last call (one batch, like a vLLM step)."""
+        if self.kv_publisher is not None:
+            self.kv_publisher.publish(self.kv.take_events())
 
     def _step_duration(self, batch: Batch, loads: int) -> float:
         tokens = 0

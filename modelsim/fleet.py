@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from modelsim.faults import FaultState
+from modelsim.kv_events import KVEventsConfig
 from modelsim.pod import SimPod
 from modelsim.profiles import get_profile
 
@@ -41,6 +42,8 @@ class PodSpec:
     enable_prefix_caching: bool = True
     fault: str | None = None  # a fault mode set at start (e.g. "slow", "error")
     fault_params: dict[str, Any] = field(default_factory=dict)  # e.g. {"rate": 0.2, "status": 503}
+    kv_events: KVEventsConfig | None = None  # publish vLLM KV-cache events (pod i: ports + i)
+    prefix_hash_seed: str = "0"  # vLLM's PYTHONHASHSEED for sha256_cbor block hashes (with kv_events)
 
     def validate(self) -> None:
         """Raise ValueError naming the field for a spec the engine cannot run."""

@@ -14,6 +14,7 @@ from common.listen_error import ListenError
 from modelsim.app import SimApp
 from modelsim.engine import Engine
 from modelsim.faults import FaultState
+from modelsim.kv_events import KVEventPublisher
 from modelsim.metrics_text import MetricsExporter
 from modelsim.profiles import get_profile, with_overrides
 from modelsim.textgen import FillerText
@@ -52,6 +53,9 @@ class SimPod:
             lora_load_s=spec.lora_load_s,
         )
         adapters = {a: f"/adapters/{a}" for a in spec.adapters}
+        self.kv_events = (
+            KVEventPublisher(spec.kv_events.for_pod(index, host)) if spec.kv_events is not None else None
+        )
         self.engine = Engine(
             profile,
             spec.model,
@@ -62,6 +66,8 @@ class SimPod:
             time_scale=spec.time_scale,
             enable_prefix_caching=spec.enable_prefix_caching,
             tag=str(index),
+            kv_publisher=self.kv_events,
+            prefix_hash_seed=spec.prefix_hash_seed,
         )
         self.faults = FaultState(seed=spec.seed)
         self.exporter = MetricsExporter(self.engine, spec.metrics_format)
@@ -98,6 +104,8 @@ class SimPod:
         self._server.lifespan = config.lifespan_class(config)
         await self._listen()
         self.engine.start()
+        if self.kv_events is not None:
+            self.kv_events.start()
 
     async def _listen(self) -> None:
         assert self._server is not None
@@ -122,6 +130,8 @@ class SimPod:
     async def stop(self) -> None:
         self._stopping = True
         await self.engine.stop()
+        if self.kv_events is not None:
+            await self.kv_events.close()
         if self.faults.mode != "none":
             self.faults.apply({"mode": "none"})  # release hung handlers; the engine now refuses work
         srv = self._server

@@ -8,18 +8,28 @@ constants below are published datasheet and model-card numbers with an efficienc
 decode (small batches: weight-read bound) and prefill (compute bound) both land near figures
 measured on vLLM.
 
-Sources (per number, also inline):
+Sources (per number, also inline; `REFERENCES` below is what `bench sim-validate` checks against):
 - [H100] NVIDIA H100 SXM5 datasheet: HBM3 3.35 TB/s, BF16 dense 989 TFLOPS, 80 GB.
 - [A100] NVIDIA A100 80GB SXM datasheet: HBM2e 2,039 GB/s, BF16 dense 312 TFLOPS, 80 GB.
-- [L4]   NVIDIA L4 datasheet: GDDR6 300 GB/s, BF16 242 TFLOPS with sparsity (121 dense), 24 GB.
+- [L4]   NVIDIA L4 datasheet: GDDR6 300 GB/s, BF16 242 TFLOPS with sparsity (121 dense), 24 GB, 72 W.
 - [LLAMA] meta-llama/Llama-3.1-8B config.json: 32 layers, 8 KV heads, head_dim 128, 8.03 B params
           -> BF16 weights 16.06 GB; KV per token = 2 (K,V) * 32 * 8 * 128 * 2 bytes = 128 KiB.
-- [VLLM] vLLM engine args defaults: block_size 16, gpu_memory_utilization 0.9, max_num_seqs 256,
-          max_num_batched_tokens 8192 (H100-class) / 2048 (others) for the OpenAI server with
-          chunked prefill, max_loras 1 (we default to 4 as the brief asks).
-- [MEAS] Public vLLM benchmarks of Llama-3-8B BF16 (vLLM perf dashboard, Anyscale/Databricks
-          blog posts): H100 decode ITL ~6-8 ms at batch 1, prefill ~10-15k tok/s; A100 ~11-13 ms;
-          LoRA adapter (rank 16) hot-load ~20-100 ms from host memory.
+- [VLLM] vLLM V1 `EngineArgs.get_batch_defaults` (vllm/engine/arg_utils.py), OpenAI server: a GPU
+          with >= 70 GiB that is not an A100 (H100, H200, MI300X) gets max_num_batched_tokens 8192 and
+          max_num_seqs 1024; every other GPU (A100, L4) 2048 and 256. Cache config: block_size 16,
+          gpu_memory_utilization 0.9. max_loras defaults to 1 (we default to 4 as the brief asks).
+- [ARITH] Bandwidth/memory arithmetic from the rows above: a batch-1 decode step reads every weight
+          once (16.06 GB / bandwidth); the KV pool is 0.9 x memory - weights - activations.
+- [EST] Estimates, marked as such where used: achievable fraction of datasheet bandwidth (~80%:
+          vLLM's decode GEMVs and paged attention typically reach 70-85% of HBM peak) and prefill
+          MFU. A chunked-prefill step is a few large GEMMs (M = 2048-8192 tokens) that cuBLAS runs
+          at 60-75% of dense peak; attention, norms, activations and sampling bring the end-to-end
+          step to ~45% (H100, A100) and ~40% on the L4, whose 72 W cap holds clocks below boost
+          under sustained tensor load. The audit of issue 14 found the earlier 22% (H100) and 25%
+          (L4) about 2x low. Step overheads (~1-1.5 ms) are CPU scheduling + launch costs of vLLM V1
+          with CUDA graphs, also estimates.
+- [MEAS] LoRA adapter (rank 16) hot-load ~20-100 ms from host memory (vLLM LoRA docs/issue
+          reports; an estimate of the order, not a measured figure of ours).
 """
 
 from __future__ import annotations
@@ -110,17 +120,17 @@ register(
         name="h100-llama3-8b",
         gpu="H100-SXM-80GB",
         mem_bandwidth=3.35e12 * 0.8,  # [H100] 3.35 TB/s at ~80% achievable -> 6.0 ms weight read
-        flops=989e12 * 0.22,  # [H100] 989 TFLOPS at ~22% end-to-end MFU -> ~13.5k prefill tok/s [MEAS]
+        flops=989e12 * 0.45,  # [H100] 989 TFLOPS at ~45% end-to-end MFU [EST] -> ~27k prefill tok/s
         weight_bytes=LLAMA3_8B_WEIGHT_BYTES,
         params=LLAMA3_8B_PARAMS,
         kv_bytes_per_token=LLAMA3_8B_KV_BYTES_PER_TOKEN,
         kv_capacity_tokens=_kv_tokens(80 * _GB, LLAMA3_8B_WEIGHT_BYTES, 2 * _GB),  # ~414k tokens
-        step_overhead_s=0.0010,  # -> ~7 ms decode step at batch 1 [MEAS]
-        per_seq_s=0.00002,
-        max_num_seqs=256,  # [VLLM]
-        max_num_batched_tokens=8192,  # [VLLM] H100-class default
+        step_overhead_s=0.0010,  # [EST] -> ~7 ms decode step at batch 1 (4.8 ms weight-read floor [ARITH])
+        per_seq_s=0.00002,  # [EST]
+        max_num_seqs=1024,  # [VLLM] >= 70 GiB, not an A100
+        max_num_batched_tokens=8192,  # [VLLM] >= 70 GiB, not an A100
         max_model_len=131072,  # [LLAMA] 128k context
-        lora_load_s=0.030,  # [MEAS]
+        lora_load_s=0.030,  # [MEAS] order of magnitude
     )
 )
 register(
@@ -128,17 +138,17 @@ register(
         name="a100-llama3-8b",
         gpu="A100-SXM-80GB",
         mem_bandwidth=2.039e12 * 0.8,  # [A100] -> 9.8 ms weight read
-        flops=312e12 * 0.3,  # [A100] ~30% end-to-end MFU -> ~5.8k prefill tok/s [MEAS]
+        flops=312e12 * 0.45,  # [A100] ~45% end-to-end MFU [EST] -> ~8.5k prefill tok/s (2048-token chunks)
         weight_bytes=LLAMA3_8B_WEIGHT_BYTES,
         params=LLAMA3_8B_PARAMS,
         kv_bytes_per_token=LLAMA3_8B_KV_BYTES_PER_TOKEN,
         kv_capacity_tokens=_kv_tokens(80 * _GB, LLAMA3_8B_WEIGHT_BYTES, 2 * _GB),
-        step_overhead_s=0.0012,  # -> ~11 ms decode step at batch 1 [MEAS]
-        per_seq_s=0.00003,
-        max_num_seqs=256,
+        step_overhead_s=0.0012,  # [EST] -> ~11 ms decode step at batch 1 (7.9 ms floor [ARITH])
+        per_seq_s=0.00003,  # [EST]
+        max_num_seqs=256,  # [VLLM] A100s are excluded from the large defaults
         max_num_batched_tokens=2048,  # [VLLM]
-        max_model_len=131072,
-        lora_load_s=0.045,
+        max_model_len=131072,  # [LLAMA]
+        lora_load_s=0.045,  # [MEAS] order of magnitude
     )
 )
 register(
@@ -146,17 +156,17 @@ register(
         name="l4-llama3-8b",
         gpu="L4-24GB",
         mem_bandwidth=300e9 * 0.8,  # [L4] -> 67 ms weight read: slow decode
-        flops=121e12 * 0.25,  # [L4] 121 dense TFLOPS at ~25% MFU -> ~1.9k prefill tok/s
+        flops=121e12 * 0.40,  # [L4] 121 dense TFLOPS at ~40% MFU [EST: 72 W cap] -> ~3k prefill tok/s
         weight_bytes=LLAMA3_8B_WEIGHT_BYTES,
         params=LLAMA3_8B_PARAMS,
         kv_bytes_per_token=LLAMA3_8B_KV_BYTES_PER_TOKEN,
         kv_capacity_tokens=_kv_tokens(24 * _GB, LLAMA3_8B_WEIGHT_BYTES, 1 * _GB),  # ~34k tokens
-        step_overhead_s=0.0015,
-        per_seq_s=0.00004,
-        max_num_seqs=64,
-        max_num_batched_tokens=2048,
-        max_model_len=16384,
-        lora_load_s=0.120,
+        step_overhead_s=0.0015,  # [EST]
+        per_seq_s=0.00004,  # [EST]
+        max_num_seqs=256,  # [VLLM] < 70 GiB (was 64, an unsourced cap: scenarios that want it set it)
+        max_num_batched_tokens=2048,  # [VLLM]
+        max_model_len=16384,  # operator's --max-model-len: vLLM refuses 128k when the pool holds ~34k
+        lora_load_s=0.120,  # [EST] PCIe-attached, slower host copies than the SXM parts
     )
 )
 # For tests: small KV (64 blocks = 1024 tokens) and a small batch so queueing, KV saturation and
@@ -182,6 +192,70 @@ register(
         output_len_cap=64,
     )
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """A published (or derived) figure a profile should reproduce, with where it comes from."""
+
+    metric: str  # one of METRICS
+    low: float
+    high: float
+    source: str
+    kind: str  # "vendor", "vLLM source", "arithmetic" or "estimate"
+
+
+METRICS = {
+    "itl_b1_ms": "decode ITL, batch 1 (ms)",
+    "prefill_tok_s": "prefill, one full chunk (tok/s)",
+    "kv_tokens": "KV pool (tokens)",
+    "max_num_seqs": "max_num_seqs",
+    "max_num_batched_tokens": "max_num_batched_tokens",
+}
+
+
+def _refs(
+    weights_floor_ms: float,
+    itl: tuple[float, float],
+    peak_tok_s: float,
+    mfu: tuple[float, float],
+    kv: tuple[float, float],
+    seqs: int,
+    batched: int,
+    gpu: str,
+    large: bool,
+) -> tuple[Reference, ...]:
+    branch = ">= 70 GiB, not A100" if large else "other GPUs"
+    return (
+        Reference(
+            "itl_b1_ms", *itl, f"16.06 GB weights / {gpu} bandwidth = {weights_floor_ms:.1f} ms floor; "
+            "+70-85% achievable bandwidth and ~1 ms step overhead", "arithmetic",
+        ),
+        Reference(
+            "prefill_tok_s", peak_tok_s * mfu[0], peak_tok_s * mfu[1],
+            f"{gpu} dense BF16 peak / (2 x 8.03e9 FLOP/token) = {peak_tok_s / 1000:.1f}k tok/s "
+            f"at {mfu[0]:.0%}-{mfu[1]:.0%} end-to-end MFU", "estimate",
+        ),
+        Reference("kv_tokens", *kv, "(0.9 x memory - 16.06 GB - activations) / 128 KiB, GB or GiB reading", "arithmetic"),
+        Reference("max_num_seqs", seqs, seqs, f"vLLM EngineArgs.get_batch_defaults, OpenAI server, {branch}", "vLLM source"),
+        Reference(
+            "max_num_batched_tokens", batched, batched,
+            f"vLLM EngineArgs.get_batch_defaults, OpenAI server, {branch}", "vLLM source",
+        ),
+    )  # fmt: skip
+
+
+REFERENCES: dict[str, tuple[Reference, ...]] = {
+    "h100-llama3-8b": _refs(
+        4.8, (5.5, 8.0), 989e12 / 1.606e10, (0.40, 0.55), (400e3, 460e3), 1024, 8192, "H100", True
+    ),
+    "a100-llama3-8b": _refs(
+        7.9, (8.8, 12.0), 312e12 / 1.606e10, (0.40, 0.55), (400e3, 460e3), 256, 2048, "A100", False
+    ),
+    "l4-llama3-8b": _refs(
+        53.5, (58.0, 75.0), 121e12 / 1.606e10, (0.35, 0.50), (30e3, 37e3), 256, 2048, "L4", False
+    ),
+}
 
 
 def get_profile(name: str) -> HardwareProfile:

@@ -28,6 +28,7 @@ class SimRequest:
     num_output: int = 0
     num_computed: int = 0
     blocks: list[int | None] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)  # kept only when KV events are published
     cached_tokens: int = 0  # prefix-cache hit at first admission
     first_admitted: float | None = None
     first_token_at: float | None = None

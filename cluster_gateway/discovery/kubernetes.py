@@ -68,7 +68,12 @@ def endpoint_from_pod(pod: KubeObject, port: int) -> Endpoint | None:
     labels: dict[str, str] = dict(meta.get("labels") or {})
     engine = _ENGINES.get(labels.get(ENGINE_LABEL, "").lower())
     return Endpoint(
-        name=meta["name"], address=pod["status"]["podIP"], port=port, engine=engine, labels=labels
+        name=meta["name"],
+        address=pod["status"]["podIP"],
+        port=port,
+        engine=engine,
+        labels=labels,
+        annotations=dict(meta.get("annotations") or {}),
     )
 
 

@@ -59,7 +59,16 @@ def endpoints_from_static(cfg: StaticDiscovery) -> list[Endpoint]:
             raise ConfigError(f"{field}: {spec.url!r} duplicates {_FIELD}[{seen[name]}]")
         seen[name] = i
         engine: EngineType | None = None if spec.engine == "auto" else spec.engine
-        out.append(Endpoint(name=name, address=address, port=port, engine=engine, labels=dict(spec.labels)))
+        out.append(
+            Endpoint(
+                name=name,
+                address=address,
+                port=port,
+                engine=engine,
+                labels=dict(spec.labels),
+                annotations=dict(spec.annotations),
+            )
+        )
     return out
 
 

@@ -25,11 +25,13 @@ class _Base(Struct, rename="camel", forbid_unknown_fields=True, kw_only=True, om
 
 
 class StaticEndpoint(_Base, kw_only=True):
-    """One pod by URL, optionally with its engine and labels (e.g. for heterogeneous static pools)."""
+    """One pod by URL, optionally with its engine, labels (e.g. for heterogeneous static pools) and
+    annotations (e.g. `fleetgate.io/kv-events-endpoint` for the `precise_prefix` scorer)."""
 
     url: str
     engine: Engine = "auto"
     labels: dict[str, str] = msgspec.field(default_factory=dict)
+    annotations: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class StaticDiscovery(_Base, kw_only=True):

@@ -16,12 +16,13 @@ from cluster_gateway.agent.service_model import ServiceModel
 from cluster_gateway.pool import EndpointPool, PodMetrics, PodPerf
 from common.config.gateway import CapacityInfo, PodPerformance, Saturation
 from common.proto.fleetgate.v1 import capacity_pb2
-from modelsim.profiles import HardwareProfile, get_profile
+from modelsim.profiles import HardwareProfile, get_profile, with_overrides
 from tests.cluster_gateway.agent.pools import add_pod, make_spec
 
 SAT = Saturation(queue_depth=5, kv_usage=0.8)
 PROMPT, OUTPUT = 500, 100  # tokens per request in these scenarios
-H100, L4 = get_profile("h100-llama3-8b"), get_profile("l4-llama3-8b")
+# The L4 pods run with `--max-num-seqs 64` (vLLM's default is 256), so their running cap binds here.
+H100, L4 = get_profile("h100-llama3-8b"), with_overrides(get_profile("l4-llama3-8b"), max_num_seqs=64)
 
 
 def measured(p: HardwareProfile, batch: int = 16) -> PodPerf:
@@ -94,10 +95,14 @@ def test_the_queueing_part_follows_the_pods_service_and_prefill_times() -> None:
     slow = model(pod_pool(L4, waiting=ahead, running=40, kv=0.75))
     c = 40 / 0.75  # the same C for both: KV-bound, below either cap
     for report, p in ((fast, measured(H100)), (slow, measured(L4))):
-        assert p.prefill_s is not None and p.service_s is not None
+        assert p.prefill_s is not None and p.service_s is not None and p.itl_s is not None
         queueing_s = report.est_ttft_ms / 1000 - p.prefill_s
-        # The longer of waiting for one of C slots and for the prompts ahead to be prefilled.
-        assert queueing_s == pytest.approx(max((ahead + 1) * p.service_s / c, ahead * p.prefill_s))
+        # The longest of the step in progress, waiting for one of C slots (for the requests beyond
+        # the C - 40 free ones) and for the prompts ahead to be prefilled.
+        need_slot = max(0.0, ahead + 1 - (c - 40))
+        assert queueing_s == pytest.approx(
+            max(0.5 * p.itl_s, need_slot * p.service_s / c, ahead * p.prefill_s)
+        )
     assert slow.est_ttft_ms - fast.est_ttft_ms > 0
 
 

@@ -42,6 +42,7 @@ class PodView(msgspec.Struct, array_like=True, omit_defaults=True):
     inflight: int = 0  # all processes' in-flight requests to the pod
     dispatched_since_scrape: int = 0
     ejected_until: float = 0.0  # time.monotonic(): one clock for every process on the host
+    annotations: dict[str, str] = {}  # e.g. the pod's KV-events endpoint (precise_prefix)
 
 
 class Snapshot(msgspec.Struct, array_like=True):

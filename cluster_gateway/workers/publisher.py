@@ -22,6 +22,7 @@ def pod_view(p: PodState, inflight: int) -> PodView:
         port=e.port,
         engine=e.engine,
         labels=dict(e.labels),
+        annotations=dict(e.annotations),
         metrics=p.metrics,
         consecutive_failures=p.consecutive_failures,
         stale=p.stale,

@@ -23,7 +23,14 @@ def apply_snapshot(pool: EndpointPool, snap: Snapshot, unreported: dict[str, int
     this worker's dispatches the gateway has not counted yet (they stay in the burst guard)."""
     unreported = unreported or {}
     endpoints = {
-        v.name: Endpoint(name=v.name, address=v.address, port=v.port, engine=v.engine, labels=v.labels)
+        v.name: Endpoint(
+            name=v.name,
+            address=v.address,
+            port=v.port,
+            engine=v.engine,
+            labels=v.labels,
+            annotations=v.annotations,
+        )
         for v in snap.pods
     }
     current = {p.name: p.endpoint for p in pool.pods()}

@@ -122,3 +122,11 @@ async def test_dispatches_since_the_last_scrape_are_shared_for_the_burst_guard(t
         await eventually(lambda: (pod := w2.get("a")) is not None and pod.dispatched_since_scrape == 5)
         pool.record_scrape("a", PodMetrics(engine="vllm", waiting=0, running=5, scraped_at=2.0))
         await eventually(lambda: (pod := w2.get("a")) is not None and pod.dispatched_since_scrape == 0)
+
+
+async def test_a_replica_copies_the_pods_annotations(tmp_path: Path) -> None:
+    """precise_prefix finds a pod's KV-events endpoint in its annotations, in every worker too."""
+    async with fed(tmp_path) as (pool, _pub, (replica,)):
+        ann = {"fleetgate.io/kv-events-endpoint": "tcp://127.0.0.1:5557"}
+        pool.upsert(Endpoint("c", "127.0.0.1", 9003, annotations=ann))
+        await eventually(lambda: (c := replica.get("c")) is not None and c.endpoint.annotations == ann)

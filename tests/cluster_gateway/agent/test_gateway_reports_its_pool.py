@@ -52,7 +52,10 @@ async def test_gateway_agent_reports_the_simulated_pool_with_its_bound_url(
             assert set(state.models) == {MODEL}
             assert state.models[MODEL].headroom_requests > 0
             assert server.connected_clusters() == ["c-a"]
-            assert gw.agent.connected
+            # the server stores a report before the agent reads the directive that answers it
+            await eventually(
+                lambda: gw.agent.connected, within=10.0, what="the agent saw its first directive"
+            )
         finally:
             await gw.stop()
 

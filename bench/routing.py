@@ -340,9 +340,30 @@ def _progress(policy: str) -> Callable[[int, int], None]:
     return show
 
 
-def run_policy(policy: str, setup: Setup, trace_reqs: list[TraceRequest], workdir: Path) -> PolicyRun | None:
+class _SimDidNotStart(RuntimeError):
+    """The simulator exited before serving: on a shared machine, usually a port of the block taken
+    between the check and the bind."""
+
+
+def run_policy(
+    policy: str, setup: Setup, trace_reqs: list[TraceRequest], workdir: Path, attempts: int = 3
+) -> PolicyRun | None:
     """One policy on a fresh fleet; None if its peer is not installed. A front end that does not start
-    comes back as a run with `failure` set (and its log named), never as a silent zero-error run."""
+    comes back as a run with `failure` set (and its log named), never as a silent zero-error run. A
+    simulator that does not start is retried on another port block, then raised."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return _run_policy_once(policy, setup, trace_reqs, workdir)
+        except _SimDidNotStart as exc:
+            if attempt == attempts:
+                raise
+            print(f"  {policy}: {exc}; retrying on other ports", file=sys.stderr)
+    return None
+
+
+def _run_policy_once(
+    policy: str, setup: Setup, trace_reqs: list[TraceRequest], workdir: Path
+) -> PolicyRun | None:
     base = _port_block(setup.pods)
     pod_urls = [f"http://127.0.0.1:{base + i}" for i in range(setup.pods)]
     front_port = procs.free_port()
@@ -366,8 +387,12 @@ def run_policy(policy: str, setup: Setup, trace_reqs: list[TraceRequest], workdi
     front_log = workdir / f"front-{tag}.log"
     run = PolicyRun(policy, [], 0.0)
     with _process(_sim_command(setup, base, workdir, engine), workdir / f"sim-{tag}.log") as sim:
-        for u in pod_urls:
-            procs.wait_http(u + "/health", 30, sim)
+        try:
+            for u in pod_urls:
+                procs.wait_http(u + "/health", 30, sim)
+        except RuntimeError as exc:
+            tail = _log_tail(workdir / f"sim-{tag}.log")
+            raise _SimDidNotStart(f"simulator did not start: {exc}: {tail}") from None
         with _process(cmd, front_log, env) as front:
             try:
                 procs.wait_http(ready_url, 60, front, check=ready_check)
@@ -671,6 +696,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--peers", action="store_true", help="install sglang-router and vllm-router into .venv-peers"
     )
+    ap.add_argument("--pods", type=int, help="pod count of a one-group scenario (default: the scenario's)")
     ap.add_argument("--duration", type=float, help="trace length in seconds (default: the scenario's)")
     ap.add_argument("--rps", type=float, help="base arrival rate (default: the scenario's)")
     ap.add_argument("--time-scale", type=float, default=1.0)
@@ -691,6 +717,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as exc:
             print(exc, file=sys.stderr)
             return 2
+    if args.pods is not None:
+        if args.pods < 1 or any(len(s.pods) != 1 for s in scenarios):
+            print("--pods: must be >= 1, and only for a scenario with one pod group", file=sys.stderr)
+            return 2
+        scenarios = [
+            dataclasses.replace(s, pods=(dataclasses.replace(s.pods[0], replicas=args.pods),))
+            for s in scenarios
+        ]
     if args.peers:
         install_peers()
     policies = _policies(args)

@@ -42,7 +42,10 @@ BUILTIN_PROFILES: dict[str, ProfileSpec] = {
         # bursts spread between scrapes; prefix affinity saves prefill but fades with load. LoRA
         # weighs heavily but only for adapter requests (base-model requests score 1.0 everywhere):
         # a must-evict pod makes the request wait for a slot and an adapter load. prefix_home makes
-        # several gateway replicas agree on where a new prefix goes.
+        # several gateway replicas agree on where a new prefix goes. prefill counts the prompt tokens
+        # a pod must still compute before this request's first token (its own uncached part and what
+        # was just sent there): a warm pod decoding many sequences beats an idle cold one for a long
+        # shared prefix, and a pod busy with cold prefills sheds the next ones.
         ProfileSpec(
             "latency",
             {
@@ -51,6 +54,7 @@ BUILTIN_PROFILES: dict[str, ProfileSpec] = {
                 "kv_cache": 1.5,
                 "prefix": 2.5,
                 "prefix_home": 2.0,
+                "prefill": 3.0,
                 "lora": 6.0,
                 "load": 1.0,
             },

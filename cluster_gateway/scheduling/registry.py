@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from cluster_gateway.scheduling import filters, pickers, scorers
 from cluster_gateway.scheduling.plugin import PLUGINS, PluginFactory, SchedulingHandle, register_plugin
+from cluster_gateway.scheduling.prefill_backlog import PrefillBacklogScorer
 from cluster_gateway.scheduling.prefix_cache import PrefixIndexPlugin
 from common.config import ConfigError
 from common.config.gateway import PluginConfig, Scheduling
@@ -28,6 +29,7 @@ BUILTIN: dict[str, PluginFactory] = {
     "prefix": scorers.PrefixScorer,
     "prefix_home": scorers.PrefixHomeScorer,
     "prefix_raw": scorers.RawPrefixScorer,
+    "prefill": PrefillBacklogScorer,
     "lora": scorers.LoraScorer,
     "prefix_index": PrefixIndexPlugin,
     "max_score": pickers.MaxScorePicker,

@@ -103,6 +103,7 @@ class PolicyRun:
     pod_requests: dict[str, int] = field(default_factory=dict)  # pod → requests it finished (its /metrics)
     summary: Summary | None = None
     failure: str = ""  # why the run is not a measurement (front end did not start, every request failed)
+    machine_load: float = math.nan  # the higher 1-minute load average at this policy's start and end
 
 
 def _port_block(n: int) -> int:
@@ -351,9 +352,13 @@ def run_policy(
     """One policy on a fresh fleet; None if its peer is not installed. A front end that does not start
     comes back as a run with `failure` set (and its log named), never as a silent zero-error run. A
     simulator that does not start is retried on another port block, then raised."""
+    load_before = os.getloadavg()[0]
     for attempt in range(1, attempts + 1):
         try:
-            return _run_policy_once(policy, setup, trace_reqs, workdir)
+            run = _run_policy_once(policy, setup, trace_reqs, workdir)
+            if run is not None:
+                run.machine_load = max(load_before, os.getloadavg()[0])
+            return run
         except _SimDidNotStart as exc:
             if attempt == attempts:
                 raise
@@ -473,8 +478,9 @@ def markdown(runs: Sequence[PolicyRun], setup: Setup, command: str, n_requests: 
         + ", the rest are the peer's defaults",
         "",
         "| policy | TTFT p50 (s) | TTFT p90 (s) | TTFT p99 (s) | TTFT mean (s) | e2e p50 (s) | e2e p99 (s) "
-        "| output tok/s | load CV | errors | TTFT p90 vs RR | TTFT p99 vs RR | TTFT mean vs RR | requests per pod |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| output tok/s | load CV | errors | TTFT p90 vs RR | TTFT p99 vs RR | TTFT mean vs RR | requests per pod "
+        "| machine load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     failures: list[str] = []
     for r in runs:
@@ -482,7 +488,7 @@ def markdown(runs: Sequence[PolicyRun], setup: Setup, command: str, n_requests: 
             failures.append(f"- **{r.policy} FAILED**: {r.failure}")
         s = r.summary
         if s is None:
-            lines.append(f"| {r.policy} | FAILED (see below) |" + " |" * 12)
+            lines.append(f"| {r.policy} | FAILED (see below) |" + " |" * 13)
             continue
         ratio90 = _vs(s.ttft_p90, base.ttft_p90 if base else math.nan)
         ratio99 = _vs(s.ttft_p99, base.ttft_p99 if base else math.nan)
@@ -491,7 +497,8 @@ def markdown(runs: Sequence[PolicyRun], setup: Setup, command: str, n_requests: 
             f"| {s.policy} | {_fmt(s.ttft_p50)} | {_fmt(s.ttft_p90)} | {_fmt(s.ttft_p99)} | {_fmt(s.ttft_mean)} "
             f"| {_fmt(s.e2e_p50)} | {_fmt(s.e2e_p99)} | {s.output_tok_per_s:.0f} | {_fmt(s.utilisation_cv)} "
             f"| {s.errors}{' FAILED' if r.failure else ''} | {ratio90} | {ratio99} | {ratio_mean} "
-            f"| {'/'.join(str(r.pod_requests[u]) for u in sorted(r.pod_requests)) or 'n/a'} |"
+            f"| {'/'.join(str(r.pod_requests[u]) for u in sorted(r.pod_requests)) or 'n/a'} "
+            f"| {_fmt(r.machine_load)} |"
         )
     if failures:
         lines += ["", *failures]
@@ -501,7 +508,9 @@ def markdown(runs: Sequence[PolicyRun], setup: Setup, command: str, n_requests: 
         "(-84% = 84% lower than round-robin). "
         "`load CV` is the coefficient of variation across pods of each pod's mean running+waiting requests "
         "(lower = more even GPU use). `requests per pod` is each pod's own finished-request counter "
-        "(its /metrics) after the run: where the front end really sent the trace.",
+        "(its /metrics) after the run: where the front end really sent the trace. `machine load` is the "
+        "higher of the 1-minute load averages at the policy's start and end "
+        f"({os.cpu_count()} cores: above ~2 the simulator competes for CPU and every latency stretches).",
     ]
     return "\n".join(lines) + "\n"
 
@@ -571,6 +580,7 @@ def run_to_json(run: PolicyRun) -> dict[str, object]:
         "wall_s": run.wall_s,
         "failure": run.failure,
         "pod_requests": run.pod_requests,
+        "machine_load": run.machine_load,
         "summary": dataclasses.asdict(run.summary) if run.summary is not None else None,
         "results": [dataclasses.astuple(r) for r in run.results],
         "load": {u: [[round(t, 2), v] for t, v in series] for u, series in run.load.items()},
@@ -581,6 +591,7 @@ def run_from_json(d: dict[str, Any]) -> PolicyRun:
     run = PolicyRun(d["policy"], [Result(*r) for r in d["results"]], d["wall_s"])
     run.failure = d["failure"]
     run.pod_requests = dict(d["pod_requests"])
+    run.machine_load = float(d.get("machine_load", math.nan))
     run.load = {u: [(t, v) for t, v in series] for u, series in d["load"].items()}
     run.summary = Summary(**d["summary"]) if d["summary"] is not None else None
     return run
@@ -614,6 +625,7 @@ def _summary_record(run: PolicyRun) -> dict[str, object]:
         "requests": s.requests,
         "failure": run.failure,
         "pod_requests": [run.pod_requests[u] for u in sorted(run.pod_requests)],
+        "machine_load": run.machine_load,
     }
 
 

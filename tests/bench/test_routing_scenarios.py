@@ -127,7 +127,7 @@ def test_a_merge_run_keeps_the_earlier_policies_and_replaces_the_rerun_ones(tmp_
 
     def run(policy: str, ttft: float) -> PolicyRun:
         r = PolicyRun(policy, [Result(0.0, "chat", "m", 200, ttft, 1.0, 5)], 2.0)
-        r.pod_requests, r.load = {"http://a": 1}, {"http://a": [(0.5, 1.0)]}
+        r.pod_requests, r.load, r.machine_load = {"http://a": 1}, {"http://a": [(0.5, 1.0)]}, 1.5
         r.summary = summarise(policy, r.results, r.wall_s, 0.0)
         return r
 

@@ -9,6 +9,7 @@ round-robin position) follows every dispatch, whichever profile chose the pod.
 from __future__ import annotations
 
 from cluster_gateway.scheduling import filters, pickers, scorers
+from cluster_gateway.scheduling.kv_fit import KVFitFilter
 from cluster_gateway.scheduling.plugin import PLUGINS, PluginFactory, SchedulingHandle, register_plugin
 from cluster_gateway.scheduling.prefill_backlog import PrefillBacklogScorer
 from cluster_gateway.scheduling.prefix_cache import PrefixIndexPlugin
@@ -20,6 +21,7 @@ BUILTIN: dict[str, PluginFactory] = {
     "healthy": filters.HealthyFilter,
     "fresh": filters.FreshFilter,
     "saturation": filters.SaturationFilter,
+    "kv_fit": KVFitFilter,
     "queue": scorers.QueueScorer,
     "queue_waiting": scorers.WaitingQueueScorer,
     "load": scorers.LoadScorer,

@@ -87,6 +87,28 @@ def table(records: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def detail(rec: Mapping[str, Any]) -> str:
+    """One scenario's rows, compact: what RESULTS.md keeps per scenario (the full tables stay in
+    bench/results/)."""
+    lines = [
+        f"`{rec['scenario']}` ({rec.get('requests', '?')} requests, wall {rec.get('wall_s', 0):.0f} s):",
+        "",
+        "| policy | TTFT p50 | p90 | p99 | mean | errors | requests per pod | machine load |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in rec["policies"].items():
+        if not _ok(r):
+            lines.append(f"| {name} | FAILED: {str(r.get('failure', ''))[:80]} | | | | | | |")
+            continue
+        pods = "/".join(str(n) for n in r.get("pod_requests", []))
+        load = float(r.get("machine_load", math.nan))
+        lines.append(
+            f"| {name} | {r['ttft_p50']:.2f} | {r['ttft_p90']:.2f} | {r['ttft_p99']:.2f} | {r['ttft_mean']:.2f} "
+            f"| {r['errors']} | {pods} | {'n/a' if math.isnan(load) else f'{load:.1f}'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def load(results: Path, quick: bool) -> list[dict[str, Any]]:
     out = []
     for name in SCENARIOS:
@@ -102,12 +124,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--quick", action="store_true", help="the --quick runs' results")
     ap.add_argument("--results", default=str(RESULTS_DIR))
+    ap.add_argument("--detail", action="store_true", help="also every scenario's rows")
     args = ap.parse_args(argv)
     records = load(Path(args.results), args.quick)
     if not records:
         print(f"no routing_*{'_quick' if args.quick else ''}.json under {args.results}", file=sys.stderr)
         return 1
     print(table(records), end="")
+    if args.detail:
+        for rec in records:
+            print("\n" + detail(rec), end="")
     return 0
 
 

@@ -45,3 +45,21 @@ def test_table_reads_the_scenario_json_in_registry_order(tmp_path: Path) -> None
         "| loaded (6.0) |"
     )
     assert lines[3].endswith("| quiet (0.7) |")
+
+
+def test_detail_lists_every_policy_and_marks_failed_ones() -> None:
+    from bench.routing_headline import detail
+
+    policies = {
+        "round-robin": {
+            **_row(4.0, 20.0),
+            "ttft_p50": 1.0,
+            "ttft_mean": 2.0,
+            "errors": 0,
+            "pod_requests": [3, 4],
+        },
+        "vllm:cache_aware@tuned": _row(0.1, 0.2, failure="did not start: port taken"),
+    }
+    text = detail({"scenario": "steady", "requests": 7, "wall_s": 90.0, "policies": policies})
+    assert "| round-robin | 1.00 | 4.00 | 20.00 | 2.00 | 0 | 3/4 | n/a |" in text
+    assert "| vllm:cache_aware@tuned | FAILED: did not start: port taken |" in text

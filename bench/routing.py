@@ -205,7 +205,10 @@ def _gateway_command(pod_urls: list[str], port: int, workdir: Path, time_scale: 
         },
         # the simulator runs time_scale times slower than a GPU; the admission deadline scales with it
         "admission": {"queueTimeoutMs": int(60_000 * time_scale)},
-        "proxy": {"readTimeoutS": 900},
+        # a non-streamed long generation sends its first byte at its end: past firstByteTimeoutS the
+        # gateway would retry it on another pod, work the peers (request timeout 1800 s, no retry on a
+        # slow answer) never duplicate; the bench compares routing, so neither side retries slowness
+        "proxy": {"readTimeoutS": 900, "firstByteTimeoutS": 900 * time_scale},
     }
     path = workdir / "gateway.yaml"
     path.write_text(yaml.safe_dump(cfg))

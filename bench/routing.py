@@ -344,9 +344,13 @@ def _progress(policy: str) -> Callable[[int, int], None]:
     return show
 
 
-class _SimDidNotStart(RuntimeError):
-    """The simulator exited before serving: on a shared machine, usually a port of the block taken
-    between the check and the bind."""
+class _PortTaken(RuntimeError):
+    """The simulator or the front end exited before serving because a port picked as free was taken
+    between the check and the bind (a shared machine); the run is retried on other ports."""
+
+
+class _SimDidNotStart(_PortTaken):
+    """The simulator exited before serving (usually a port of its block taken)."""
 
 
 def run_policy(
@@ -354,7 +358,8 @@ def run_policy(
 ) -> PolicyRun | None:
     """One policy on a fresh fleet; None if its peer is not installed. A front end that does not start
     comes back as a run with `failure` set (and its log named), never as a silent zero-error run. A
-    simulator that does not start is retried on another port block, then raised."""
+    simulator that does not start, or a front end whose port was taken, is retried on other ports,
+    then raised."""
     load_before = os.getloadavg()[0]
     for attempt in range(1, attempts + 1):
         try:
@@ -362,7 +367,7 @@ def run_policy(
             if run is not None:
                 run.machine_load = max(load_before, os.getloadavg()[0])
             return run
-        except _SimDidNotStart as exc:
+        except _PortTaken as exc:
             if attempt == attempts:
                 raise
             print(f"  {policy}: {exc}; retrying on other ports", file=sys.stderr)
@@ -406,7 +411,10 @@ def _run_policy_once(
                 procs.wait_http(ready_url, 60, front, check=ready_check)
                 procs.wait_http(front_url + "/v1/models", 10, front)
             except RuntimeError as exc:
-                run.failure = f"did not start: {exc}; log {front_log}: {_log_tail(front_log)}"
+                tail = _log_tail(front_log)
+                if "Address already in use" in tail:  # its port was taken after the check: try others
+                    raise _PortTaken(f"{policy} did not start: {tail}") from None
+                run.failure = f"did not start: {exc}; log {front_log}: {tail}"
                 return run
             time.sleep(0.5)  # a few scrapes so the gateway sees every pod
 

@@ -146,3 +146,30 @@ def test_a_merge_run_keeps_the_earlier_policies_and_replaces_the_rerun_ones(tmp_
     assert [r.policy for r in _merged([run("latency", 1.0)], path, "x", True, 2)] == [
         "latency"
     ]  # another trace
+
+
+def test_a_port_taken_between_check_and_bind_is_retried_on_other_ports(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import bench.routing as routing
+
+    calls: list[int] = []
+
+    def once(policy: str, setup: Setup, trace: object, workdir: Path) -> routing.PolicyRun:
+        calls.append(1)
+        if len(calls) < 3:
+            raise routing._PortTaken("cannot listen: [Errno 98] Address already in use")
+        return routing.PolicyRun(policy, [], 1.0)
+
+    monkeypatch.setattr(routing, "_run_policy_once", once)
+    sc = get("steady")
+    run = routing.run_policy("latency", Setup(sc, 1.0, sc.trace), [], tmp_path)
+    assert run is not None and run.policy == "latency" and len(calls) == 3
+    calls.clear()
+
+    def always_taken(*args: object) -> routing.PolicyRun:
+        raise routing._PortTaken("taken")
+
+    monkeypatch.setattr(routing, "_run_policy_once", always_taken)
+    with pytest.raises(routing._PortTaken):
+        routing.run_policy("latency", Setup(sc, 1.0, sc.trace), [], tmp_path, attempts=2)

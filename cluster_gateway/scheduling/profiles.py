@@ -42,10 +42,9 @@ BUILTIN_PROFILES: dict[str, ProfileSpec] = {
         # bursts spread between scrapes; prefix affinity saves prefill but fades with load. LoRA
         # weighs heavily but only for adapter requests (base-model requests score 1.0 everywhere):
         # a must-evict pod makes the request wait for a slot and an adapter load. prefix_home makes
-        # several gateway replicas agree on where a new prefix goes. prefill counts the prompt tokens
-        # a pod must still compute before this request's first token (its own uncached part and what
-        # was just sent there): a warm pod decoding many sequences beats an idle cold one for a long
-        # shared prefix, and a pod busy with cold prefills sheds the next ones.
+        # several gateway replicas agree on where a new prefix goes. (The `prefill` scorer is not in
+        # it yet: on the loaded-machine scenario runs it won on long shared prefixes and lost where
+        # system prompts are short; see docs/benchmarks.md.)
         ProfileSpec(
             "latency",
             {
@@ -54,7 +53,6 @@ BUILTIN_PROFILES: dict[str, ProfileSpec] = {
                 "kv_cache": 1.5,
                 "prefix": 2.5,
                 "prefix_home": 2.0,
-                "prefill": 3.0,
                 "lora": 6.0,
                 "load": 1.0,
             },

@@ -697,7 +697,7 @@ def run_scenario(
         "policies": {r.policy: _summary_record(r) for r in runs},
         "runs": [run_to_json(r) for r in runs],
     }
-    (out_dir / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
+    (out_dir / f"{name}.json").write_text(json.dumps(record, separators=(",", ":")) + "\n")
     files = plots(runs, out_dir, name)
     print(md)
     print("plots: " + ", ".join(str(f) for f in files))

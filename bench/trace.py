@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True, slots=True)
 class TraceRequest:
     at_s: float  # arrival offset from the start of the run
-    kind: str  # "chat" | "long"
+    kind: str  # "chat" | "long" | "huge" (a long-context streamed chat)
     model: str
     messages: tuple[tuple[str, str], ...]
     max_tokens: int
@@ -46,6 +46,13 @@ class TraceSpec:
     adapters: tuple[str, ...] = ()
     adapter_fraction: float = 0.0
     stream_long: bool = False  # long generations as non-streaming batch calls
+    # > system_prompt_tokens: each shared system prompt's length is drawn in [system_prompt_tokens, this]
+    system_prompt_tokens_max: int = 0
+    # long-context requests (streamed chats whose user turn is a whole document), drawn from their
+    # own random stream so every other request of the trace is the same with or without them
+    huge_fraction: float = 0.0
+    huge_tokens: tuple[int, int] = (16_000, 32_000)
+    huge_output: tuple[int, int] = (100, 300)
     seed: int = 7
     extra: dict[str, float] = field(default_factory=dict)
 
@@ -91,6 +98,12 @@ def _text(rng: random.Random, tokens: int) -> str:
     return " ".join(out)
 
 
+def _system_tokens(spec: TraceSpec, rng: random.Random) -> int:
+    if spec.system_prompt_tokens_max > spec.system_prompt_tokens:
+        return rng.randint(spec.system_prompt_tokens, spec.system_prompt_tokens_max)
+    return spec.system_prompt_tokens
+
+
 def _rate_at(spec: TraceSpec, t: float) -> float:
     in_burst = spec.burst_every_s > 0 and (t % spec.burst_every_s) >= spec.burst_every_s - spec.burst_len_s
     return spec.base_rps * (spec.burst_factor if in_burst else 1.0)
@@ -99,8 +112,11 @@ def _rate_at(spec: TraceSpec, t: float) -> float:
 def generate(spec: TraceSpec) -> list[TraceRequest]:
     """Non-homogeneous Poisson arrivals by thinning, deterministic for a given spec."""
     rng = random.Random(spec.seed)
+    # the scenario extensions draw from their own streams: a spec without them keeps its trace
+    lengths = random.Random(spec.seed + 1)
+    huge_rng = random.Random(spec.seed + 2)
     systems = [
-        f"You are assistant #{i}. " + _text(rng, spec.system_prompt_tokens)
+        f"You are assistant #{i}. " + _text(rng, _system_tokens(spec, lengths))
         for i in range(spec.system_prompts)
     ]
     peak = spec.base_rps * max(1.0, spec.burst_factor)
@@ -114,6 +130,7 @@ def generate(spec: TraceSpec) -> list[TraceRequest]:
             continue
         long = rng.random() < spec.long_fraction
         lo, hi = spec.long_output if long else spec.chat_output
+        huge = spec.huge_fraction > 0 and huge_rng.random() < spec.huge_fraction
         model = spec.base_model
         if spec.adapters and rng.random() < spec.adapter_fraction:
             model = rng.choice(spec.adapters)
@@ -122,13 +139,18 @@ def generate(spec: TraceSpec) -> list[TraceRequest]:
         if sid >= 0:
             msgs.append(("system", systems[sid]))
         msgs.append(("user", _text(rng, rng.randint(*spec.user_tokens))))
+        max_tokens = rng.randint(lo, hi)
+        kind = "long" if long else "chat"
+        if huge:  # a document to read: streamed, its user turn replaced by the long context
+            msgs[-1] = ("user", _text(huge_rng, huge_rng.randint(*spec.huge_tokens)))
+            kind, long, max_tokens = "huge", False, huge_rng.randint(*spec.huge_output)
         out.append(
             TraceRequest(
                 at_s=t,
-                kind="long" if long else "chat",
+                kind=kind,
                 model=model,
                 messages=tuple(msgs),
-                max_tokens=rng.randint(lo, hi),
+                max_tokens=max_tokens,
                 system_id=sid,
                 stream=not long or spec.stream_long,
             )

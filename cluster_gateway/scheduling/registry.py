@@ -9,8 +9,10 @@ round-robin position) follows every dispatch, whichever profile chose the pod.
 from __future__ import annotations
 
 from cluster_gateway.scheduling import filters, pickers, scorers
+from cluster_gateway.scheduling.kv_fit import KVFitFilter
 from cluster_gateway.scheduling.plugin import PLUGINS, PluginFactory, SchedulingHandle, register_plugin
 from cluster_gateway.scheduling.precise.plugin import PrecisePrefixScorer
+from cluster_gateway.scheduling.prefill_backlog import PrefillBacklogScorer
 from cluster_gateway.scheduling.prefix_cache import PrefixIndexPlugin
 from common.config import ConfigError
 from common.config.gateway import PluginConfig, Scheduling
@@ -20,6 +22,7 @@ BUILTIN: dict[str, PluginFactory] = {
     "healthy": filters.HealthyFilter,
     "fresh": filters.FreshFilter,
     "saturation": filters.SaturationFilter,
+    "kv_fit": KVFitFilter,
     "queue": scorers.QueueScorer,
     "queue_waiting": scorers.WaitingQueueScorer,
     "load": scorers.LoadScorer,
@@ -30,6 +33,7 @@ BUILTIN: dict[str, PluginFactory] = {
     "prefix_home": scorers.PrefixHomeScorer,
     "prefix_raw": scorers.RawPrefixScorer,
     "precise_prefix": PrecisePrefixScorer,
+    "prefill": PrefillBacklogScorer,
     "lora": scorers.LoraScorer,
     "prefix_index": PrefixIndexPlugin,
     "max_score": pickers.MaxScorePicker,

@@ -1,5 +1,5 @@
 """The routing bench's peer routers (sglang-router, vllm-router from .venv-peers) really start from
-_peer_command, become ready in front of simulated pods and route the bench client's requests to them;
+_peer_command (on defaults and with the `@tuned` flags), become ready in front of simulated pods and route the bench client's requests to them;
 a peer that cannot start or fails every request is reported as a failure, not as a clean run.
 
 Skipped when the peers are not installed (`fleetgate bench routing --peers` installs them)."""
@@ -11,16 +11,13 @@ from pathlib import Path
 import pytest
 
 from bench.routing import MODEL, PEER_POLICIES, PEERS_VENV, PolicyRun, Setup, run_policy
+from bench.routing_scenarios import PodGroup, RoutingScenario
 from bench.trace import TraceRequest, TraceSpec
 
 EXES = {"sglang": PEERS_VENV / "bin" / "sglang-router", "vllm": PEERS_VENV / "bin" / "vllm-router"}
 SETUP = Setup(
-    pods=2,
-    profile="tiny",
+    scenario=RoutingScenario("two-tiny-pods", "test fleet", (PodGroup("tiny", 2),), TraceSpec()),
     time_scale=1.0,
-    kv_capacity_tokens=None,
-    max_num_seqs=None,
-    max_lora=2,
     trace=TraceSpec(),
 )
 

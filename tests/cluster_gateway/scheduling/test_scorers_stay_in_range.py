@@ -70,4 +70,4 @@ def test_scores_are_within_unit_range(scorer_name: str, seed: int) -> None:
 
 
 def test_every_builtin_scorer_is_covered() -> None:
-    assert len(SCORERS) == 11 and "prefix" in SCORERS and "precise_prefix" in SCORERS and "lora" in SCORERS
+    assert len(SCORERS) == 12 and {"prefix", "precise_prefix", "lora", "prefill"} <= set(SCORERS)

@@ -1,0 +1,58 @@
+"""The `prefill` scorer counts prompt tokens a pod still has to compute: a pod that caches the prompt's
+prefix beats an idle pod that does not, and a pod just sent uncached prompts pays for them until that
+work has had time to finish."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from cluster_gateway.pool import EndpointPool
+from cluster_gateway.scheduling.prefill_backlog import PrefillBacklogScorer
+from common.config.gateway import Profile, Scheduling
+
+from .podfactory import Clock, add_pod, dispatch, req, scheduler
+
+PREFIX = "You are the ACME support desk; the manual follows. " * 400  # ~20k chars, ~5k tokens
+
+
+def _cfg() -> Scheduling:
+    return Scheduling(default_profile="pf", profiles={"pf": Profile(weights={"prefill": 1.0})})
+
+
+def _rescrape(pool: EndpointPool, now: float) -> None:
+    """A fresh scrape of the same numbers: time passed, metrics did not go stale."""
+    for p in pool.pods():
+        assert p.metrics is not None
+        pool.record_scrape(p.name, dataclasses.replace(p.metrics, scraped_at=now))
+
+
+def test_the_pod_caching_the_prefix_beats_an_idle_cold_pod() -> None:
+    pool = EndpointPool()
+    add_pod(pool, "warm", running=12, inflight=12)
+    add_pod(pool, "cold")
+    clock = Clock()
+    s = scheduler(pool, _cfg(), clock=clock)
+    s.on_dispatch(req(PREFIX + "first question"), pool.pods()[0])  # the index now places the prefix on warm
+    clock.t += 60.0  # long ago: its prefill is done
+    _rescrape(pool, clock.t)
+    res = s.schedule(req(PREFIX + "another question"))
+    assert res.pod.name == "warm"
+    assert res.scores["prefill"] == pytest.approx(1.0)
+
+
+def test_uncached_prompts_just_sent_to_a_pod_count_against_it_and_then_decay() -> None:
+    pool = EndpointPool()
+    add_pod(pool, "a")
+    add_pod(pool, "b")
+    clock = Clock()
+    s = scheduler(pool, _cfg(), clock=clock)
+    first = dispatch(pool, s, req("question one " * 500))  # ~1.6k uncached tokens, no prefix shared
+    second = dispatch(pool, s, req("a different question " * 500))
+    assert {first, second} == {"a", "b"}  # the second avoids the pod busy with the first's prefill
+    backlog = s.plugin("prefill")
+    assert isinstance(backlog, PrefillBacklogScorer)
+    assert backlog.backlog(first, clock.t) > 1000
+    clock.t += 20.0  # ten decay constants later
+    assert backlog.backlog(first, clock.t) < 1.0

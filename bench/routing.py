@@ -712,7 +712,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--scenario",
         default=routing_scenarios.DEFAULT_SCENARIO,
         help="workload: all, or one of "
-        + "; ".join(f"{s.name} ({s.about})" for s in routing_scenarios.SCENARIOS.values()),
+        + "; ".join(f"{s.name} ({s.about})" for s in routing_scenarios.SCENARIOS.values()).replace("%", "%%"),
     )
     ap.add_argument(
         "--quick", action="store_true", help="the scenario's short form (40 s trace), fewer policies"
@@ -724,9 +724,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--pods", type=int, help="pod count of a one-group scenario (default: the scenario's)")
     ap.add_argument("--duration", type=float, help="trace length in seconds (default: the scenario's)")
     ap.add_argument("--rps", type=float, help="base arrival rate (default: the scenario's)")
-    ap.add_argument("--time-scale", type=float, default=1.0)
+    ap.add_argument(
+        "--time-scale", type=float, default=1.0, help=">1 slows every simulated GPU duration (small machines)"
+    )
     ap.add_argument("--seed", type=int, help="trace seed (default: the scenario's)")
-    ap.add_argument("--out", default=str(RESULTS_DIR))
+    ap.add_argument("--out", default=str(RESULTS_DIR), help="directory for the table, plots and logs")
     ap.add_argument(
         "--merge",
         action="store_true",

@@ -70,6 +70,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--log-level", default="WARNING", help="log level of the components (default WARNING)")
     p.add_argument(
+        "--access-log",
+        metavar="FILE",
+        default=None,
+        help="where both tiers write one JSON line per request (default: access.log in the demo's "
+        "temporary directory, printed in the header)",
+    )
+    p.add_argument(
         "--netns",
         action="store_true",
         help="run each region in its own network namespace, 20-150 ms apart (needs root; docs/testbed.md)",
@@ -103,7 +110,11 @@ class _RecentEvents(logging.Handler):
 
 
 def header(
-    endpoint: str, keys: DemoSecrets, fleet: tuple[ClusterPlan, ...], gateways: dict[str, str]
+    endpoint: str,
+    keys: DemoSecrets,
+    fleet: tuple[ClusterPlan, ...],
+    gateways: dict[str, str],
+    access_log: Path | None = None,
 ) -> list[str]:
     """What a newcomer needs: the endpoint (line 1), the key (line 2), the fleet, things to try."""
     n_pods = sum(len(c.pods) for c in fleet)
@@ -113,6 +124,13 @@ def header(
         f"api key: {keys.api_key}",
         f'batch api key: {keys.batch_key}   (tenant "batch": sent to the capacity with room that is cheapest per token)',
         f"admin key: {keys.admin_key}   (POST /admin/clusters/ID/drain, GET /fleet and the status page)",
+        *(
+            [
+                f"access log: {access_log}   (one JSON line per request from the router and each gateway; request_id = x-request-id)"
+            ]
+            if access_log is not None
+            else []
+        ),
         "",
         f"fleet: {len(fleet)} clusters, {n_pods} simulated pods of {BASE_MODEL}; "
         f"LoRA adapters {', '.join(adapters_of(fleet))}",
@@ -191,6 +209,7 @@ class Demo:
         self._watchers: list[asyncio.Task[None]] = []
         self.load: LoadGenerator | None = None
         self.workdir = Path(".")  # set by start()
+        self.access_log: Path | None = None  # set by start()
 
     def fail(self, message: str) -> None:
         if self.failure is None and not self._stopping:
@@ -234,6 +253,9 @@ class Demo:
             self._watchers.append(asyncio.create_task(self._watch(sim), name=f"watch-{sim.name}"))
         await asyncio.gather(*(sim.wait_ready(self.args.ready_timeout) for sim in self.sims.values()))
         self.workdir = workdir
+        self.access_log = open_access_log(
+            Path(self.args.access_log) if self.args.access_log else workdir / "access.log"
+        )
         self.keys.write_files(workdir)  # agent tokens and router->gateway secrets, mode 0600
         self.router = await self._start_router()
         address = f"127.0.0.1:{self.router.grpc_port}"
@@ -298,7 +320,8 @@ class Demo:
         assert self.router is not None
         args = self.args
         endpoint = self.router.url
-        self._print(header(endpoint, self.keys, self.fleet, {k: g.url for k, g in self.gateways.items()}))
+        gateways = {k: g.url for k, g in self.gateways.items()}
+        self._print(header(endpoint, self.keys, self.fleet, gateways, self.access_log))
         loop = asyncio.get_running_loop()
         if args.duration is not None:
             loop.call_later(args.duration, self.stop.set)
@@ -393,6 +416,23 @@ class Demo:
             return False
         task.result()
         return True
+
+
+def open_access_log(path: Path) -> Path:
+    """Both tiers' access lines (logger `fleetgate.access`) as JSON to `path`, whatever the demo's
+    log level: the demo's console shows warnings only, and its text format drops the fields."""
+    from common.telemetry import JsonFormatter
+
+    access = logging.getLogger("fleetgate.access")
+    for h in list(access.handlers):
+        access.removeHandler(h)
+        h.close()
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(JsonFormatter("fleetgate-demo"))
+    access.addHandler(handler)
+    access.setLevel(logging.INFO)
+    access.propagate = False
+    return path
 
 
 def _setup_logging(level: str, live_on_tty: bool) -> _RecentEvents | None:

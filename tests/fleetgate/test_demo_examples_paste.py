@@ -49,6 +49,32 @@ def _wait_every_cluster_ready(url: str, admin_key: str, within_s: float = 60.0) 
         time.sleep(0.2)
 
 
+def _request_id_crosses_both_tiers(demo: DemoProcess, url: str) -> None:
+    """`x-request-id: abc` through the demo's global endpoint comes back, and the access log the
+    header names has that id on the router's line and the serving gateway's line."""
+    api_key = next(ln.split()[2] for ln in demo.seen if ln.startswith("api key: "))
+    log_path = Path(next(ln.split()[2] for ln in demo.seen if ln.startswith("access log: ")))
+    rid = "abc-demo-request"
+    r = httpx.post(
+        f"{url}/v1/chat/completions",
+        json={"model": "meta-llama/Llama-3.1-8B-Instruct", "messages": [{"role": "user", "content": "hi"}]},
+        headers={"authorization": f"Bearer {api_key}", "x-request-id": rid},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    assert r.headers["x-request-id"] == rid
+    deadline = time.monotonic() + 10
+    while True:
+        lines = [json.loads(ln) for ln in log_path.read_text().splitlines() if rid in ln]
+        targets = {str(ln.get("target", "")) for ln in lines if ln.get("request_id") == rid}
+        # the router's line names the cluster, the serving gateway's the pod it chose
+        clusters = {"us-east-1", "eu-west-1", "ap-south-1"}
+        if targets & clusters and targets - clusters - {"-"}:
+            return
+        assert time.monotonic() < deadline, (targets, log_path.read_text()[-2000:])
+        time.sleep(0.1)
+
+
 def test_the_printed_examples_run_in_a_clean_shell(tmp_path: Path) -> None:
     demo = DemoProcess("--no-live", "--port", "0", "--duration", "150", tmp=tmp_path)
     try:
@@ -85,6 +111,7 @@ def test_the_printed_examples_run_in_a_clean_shell(tmp_path: Path) -> None:
         # 5. the drain took
         assert out.rstrip().endswith('{"cluster_id":"us-east-1","router_drain":true}'), out[-500:]
         assert re.search(r"^reply: +\S", out, re.M), out  # the Python snippet's completion
+        _request_id_crosses_both_tiers(demo, endpoint.group(1))
         assert demo.stop(signal.SIGTERM, 30) == 0
     finally:
         demo.kill_all()

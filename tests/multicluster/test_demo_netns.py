@@ -28,7 +28,7 @@ def test_demo_netns_serves_and_cleans_up() -> None:
         assert proc.stdout is not None
         lines: list[str] = []
         deadline = time.monotonic() + 90
-        while not any(line.startswith("cut a region") for line in lines) and time.monotonic() < deadline:
+        while not any(line.startswith("# cut a region") for line in lines) and time.monotonic() < deadline:
             line = proc.stdout.readline()
             if not line:
                 break

@@ -106,7 +106,10 @@ async def test_three_replicas_scrape_each_pod_once_and_all_see_every_pod_fresh(t
             assert all(0.3 <= h <= 1.4 for h in hits), hits
             owners = {name: shares[0].owner(name) for name in (p.name for p in gateways[0].pool.pods())}
             assert all(s is not None and all(s.owner(n) == o for n, o in owners.items()) for s in shares)
-            assert len(set(owners.values())) == 3  # every replica has a shard
+            # the pods' names are URLs on ports the kernel picked, so which replica owns which pod
+            # is random here: all three own some in ~98% of runs, two at least in every run (the
+            # ring's balance over fixed names is tests/common/test_hashring.py's business)
+            assert len(set(owners.values())) >= 2
             for _ in range(5):  # fresh samples of all pods in every replica, sampled a few times
                 assert _fresh_everywhere(gateways, limit_s)
                 await asyncio.sleep(0.1)

@@ -11,12 +11,18 @@ from typing import Any
 import grpc
 import pytest
 
-otlp = pytest.importorskip(
-    "opentelemetry.exporter.otlp.proto.grpc.trace_exporter", reason="pip install -e '.[otlp]'"
-)
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc  # noqa: E402
+try:  # a third-party extra: absent, or broken by an install-order file clash (below), it skips
+    import opentelemetry.exporter.otlp.proto.grpc.trace_exporter as otlp  # noqa: F401
+except ImportError as exc:
+    # opentelemetry-exporter-otlp-proto-grpc 1.45 pulls opentelemetry-exporter-otlp-common, which
+    # ships its own copy of opentelemetry/proto/common/v1/common_pb2.py; installed after
+    # opentelemetry-proto, it leaves a copy without InstrumentationScope and the exporter cannot import
+    pytest.skip(
+        f"the OTLP exporter does not import here ({exc}); pip install -e '.[otlp]'", allow_module_level=True
+    )
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from common.telemetry import setup_tracing  # noqa: E402
+from common.telemetry import setup_tracing
 
 
 class _Collector(trace_service_pb2_grpc.TraceServiceServicer):

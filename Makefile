@@ -19,6 +19,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev,bench]'
+	@# opentelemetry-exporter-otlp-common ships a stale copy of opentelemetry-proto's common_pb2.py;
+	@# put the real one back so the OTLP exporter imports (docs/configuration.md)
+	$(BIN)/pip install -q --force-reinstall --no-deps \
+	  "opentelemetry-proto==$$($(BIN)/python -c 'from importlib.metadata import version; print(version("opentelemetry-proto"))')"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -39,14 +39,13 @@ import yaml
 from bench import procs
 from bench.loadgen import replay
 from bench.report import RESULTS_DIR
+from bench.routing_scenarios import ADAPTERS, MODEL, SCENARIOS
 from bench.stats import summarise
 from bench.trace import TraceRequest, TraceSpec, generate
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv-loadgen"
 GUIDELLM = "guidellm==0.8.1"
-MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-ADAPTERS = tuple(f"support-lora-{i}" for i in range(6))
 POLICIES = ("round-robin", "latency")
 
 
@@ -60,24 +59,9 @@ class Scenario:
 
 
 def _trace(duration_s: float, rps: float, adapter_fraction: float, seed: int) -> TraceSpec:
-    """The routing headline's trace (bench/routing.py): bursts, long generations, 6 system prompts."""
-    return TraceSpec(
-        duration_s=duration_s,
-        base_rps=rps,
-        burst_every_s=20.0,
-        burst_len_s=5.0,
-        burst_factor=4.0,
-        long_fraction=0.25,
-        chat_output=(40, 160),
-        long_output=(200, 500),
-        system_prompts=6,
-        system_prompt_tokens=1200,
-        user_tokens=(50, 400),
-        base_model=MODEL,
-        adapters=ADAPTERS,
-        adapter_fraction=adapter_fraction,
-        seed=seed,
-    )
+    """The routing headline's trace (`lora-scarce` in bench/routing_scenarios.py) at this rate."""
+    base = SCENARIOS["lora-scarce"].trace
+    return replace(base, duration_s=duration_s, base_rps=rps, adapter_fraction=adapter_fraction, seed=seed)
 
 
 def scenarios(duration_s: float, rps: float, seed: int) -> dict[str, Scenario]:

@@ -9,23 +9,13 @@ from __future__ import annotations
 import re
 import signal
 import time
-from collections.abc import Iterator
 
 import httpx
-import pytest
 
-from modelsim.fleet import PodSpec, SimFleet
+from modelsim.fleet import SimFleet
 from tests.procs import fleetgate, read_until
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-
-
-@pytest.fixture
-def sim() -> Iterator[SimFleet]:
-    fleet = SimFleet([PodSpec(profile="tiny"), PodSpec(profile="tiny")])
-    fleet.start_in_thread()
-    yield fleet
-    fleet.stop_thread()
 
 
 def test_two_workers_serve_one_port_and_stop_together(sim: SimFleet) -> None:

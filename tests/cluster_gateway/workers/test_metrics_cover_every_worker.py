@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import signal
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -16,19 +15,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from cluster_gateway.observability import OK, GatewayMetrics
 from cluster_gateway.pool import Endpoint, EndpointPool
 from cluster_gateway.workers.metrics_feed import MergedRegistry, ProcessGroupMetrics, counter_samples
-from modelsim.fleet import PodSpec, SimFleet
+from modelsim.fleet import SimFleet
 from tests.procs import fleetgate
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 REQUESTS = 24
-
-
-@pytest.fixture
-def sim() -> Iterator[SimFleet]:
-    fleet = SimFleet([PodSpec(profile="tiny"), PodSpec(profile="tiny")])
-    fleet.start_in_thread()
-    yield fleet
-    fleet.stop_thread()
 
 
 def _ok_requests(body: str) -> float:

@@ -28,6 +28,7 @@ from cluster_gateway.workers.process import WorkerSupervisor
 from cluster_gateway.workers.publisher import PoolPublisher
 from common.asgi import listen_socket
 from common.config.gateway import GatewaySpec
+from common.gc_policy import GcPolicy
 
 log = logging.getLogger("fleetgate.gateway")
 
@@ -87,6 +88,8 @@ class ClusterGateway:
             ("discovery", lambda: self.discovery.run(self.pool)),
             ("scraper", self.scraper.run),
             ("admission-recheck", self._recheck_admission),
+            # no 50-90 ms full collections on the loop every second (common/gc_policy.py)
+            ("gc-policy", GcPolicy().run),
         ]
         if self.publisher is not None:
             self._background.append(("worker-feed", self.publisher.run))

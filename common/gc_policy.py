@@ -42,9 +42,7 @@ _saved: tuple[int, int, int] | None = None
 class GcPolicy:
     """`await GcPolicy().run()` for the server's lifetime (a background task; cancel to stop)."""
 
-    def __init__(
-        self, *, gen0: int = GEN0, warmup_s: float = WARMUP_S, refresh_s: float = REFRESH_S
-    ) -> None:
+    def __init__(self, *, gen0: int = GEN0, warmup_s: float = WARMUP_S, refresh_s: float = REFRESH_S) -> None:
         self.gen0 = gen0
         self.warmup_s = warmup_s
         self.refresh_s = refresh_s

@@ -192,7 +192,8 @@ class _GcPauses:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        gc.callbacks.remove(self)
+        if self in gc.callbacks:
+            gc.callbacks.remove(self)
 
 
 async def _scrape_for(
@@ -205,6 +206,7 @@ async def _scrape_for(
     count = "fleetgate_scrape_duration_seconds_count"
     limit = 2 * cfg.interval_ms / 1000
     shares: list[float] = []
+    pauses = _GcPauses()
     try:
         await asyncio.sleep(warmup)
         reg = scraper.registry
@@ -212,7 +214,7 @@ async def _scrape_for(
             reg.get_sample_value(count) or 0.0,
             reg.get_sample_value("fleetgate_scrape_cpu_seconds_total"),
         )
-        pauses = _GcPauses().__enter__()
+        pauses.__enter__()
         cpu0, t0 = time.process_time(), time.monotonic()
         while time.monotonic() - t0 < seconds:
             await asyncio.sleep(0.05)
@@ -225,8 +227,8 @@ async def _scrape_for(
             reg.get_sample_value("fleetgate_scrape_cpu_seconds_total"),
         )
         cpu1, t1 = time.process_time(), time.monotonic()
-        pauses.__exit__()
     finally:
+        pauses.__exit__()
         tasks = [task] if policy is None else [task, policy]
         for t in tasks:
             t.cancel()

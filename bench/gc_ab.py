@@ -1,7 +1,7 @@
 """CPU per request of one gateway process at wrk concurrency 8 and 128, per environment variant,
-alternating A B A B (the collector-tuning measurement of `common/gc_tuning.py`).
+alternating A B A B (the collector-tuning measurement of `common/gc_policy.py`).
 
-    python -m bench.gc_ab [--rounds 3] "default=FLEETGATE_GC:default" "tuned="
+    python -m bench.gc_ab [--rounds 3] "default=FLEETGATE_GC_TUNING:0" "policy="
 
 Each variant is `name=VAR:value;VAR:value`. The gateway runs `--workers 1` in front of
 `bench/static_backend.py`; CPU is the gateway's own (utime + stime over the wrk window), so the

@@ -9,19 +9,26 @@ wall-clock and so depends on the machine's load, which the table notes.
    body; with the latency histograms once a second) and as now (the `name[]`-filtered body).
 2. whole scrapes over loopback (fetch + parse + map + pool), unfiltered vs filtered: µs per scrape
    and the scrapes/s one core sustains, against simulated pods (`modelsim.metrics_ports`).
-3. the pod's side: CPU per second of a real prometheus_client app (vLLM's metric set under uvicorn,
-   as vLLM serves it) and of a simulator pod, under one gateway's scrapes at 100 ms, unfiltered vs
-   filtered (an idle baseline of the same length subtracted).
+3. the pod's side: CPU of vLLM's metric set under uvicorn on uvloop, as vLLM serves it, both as
+   prometheus_client's ASGI app alone and behind vLLM's API server wiring (FastAPI, CORS and
+   prometheus-fastapi-instrumentator, whose `/metrics` route ignores `name[]`: filtered.py), and
+   of a simulator pod, under one gateway's scrapes: unfiltered, filtered at `/metrics` (the product
+   before), filtered at `/metrics/` (now) at 10 scrapes/s as for a pod under traffic, and for an
+   idle pod at the idle interval. Net of the pod's idle CPU, read from the kernel's per-process CPU
+   clock (ns resolution; /proc ticks are 10 ms, 0.3% of a core over 3 s).
 4. 1,000 pods from one simulator process pair, one scraper at the default 100 ms interval (every
-   pod at the fast interval: the adaptive idle interval off, the strict case), CPU budget 1 core:
-   the share of pods whose metrics are at most 2 x the interval old, and the cores it used; then the
-   same fleet with the defaults (idle pods slowed down) for its CPU.
+   pod at the fast interval: the adaptive idle interval off, the strict case), CPU budget 1 core,
+   with CPython's GC defaults (before) and the gateway's GC policy (now, common/gc_policy.py):
+   every 50 ms the share of pods whose sample is at most 2 x the interval old, reported as its 1st
+   percentile over the samples, the longest full GC pause, and the cores used; then the same fleet
+   with the defaults (idle pods slowed down) for its CPU.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import multiprocessing
 import socket
 import statistics
@@ -30,12 +37,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench import report
-from bench.procstat import cpu_seconds
+from bench.procstat import process_cpu_clock
 from bench.promtext_bench import vllm_metrics_body, vllm_registry
 from cluster_gateway.metrics.engines import fetch_names, read_pod_sample
+from cluster_gateway.metrics.filtered import FILTERED_BASE
 from cluster_gateway.metrics.scraper import Scraper
 from cluster_gateway.pool import Endpoint, EndpointPool
 from common.config.gateway import Scrape
+from common.gc_policy import GcPolicy
 from common.runloop import run as run_loop
 
 __all__ = ["Row", "main", "rows", "table"]
@@ -162,14 +171,42 @@ class _Run:
     metered_s: float
     seconds: float
     fresh_shares: list[float]
+    gc_pause_s: float = 0.0  # the longest full collection while measuring
 
 
-async def _scrape_for(pool: EndpointPool, cfg: Scrape, warmup: float, seconds: float) -> _Run:
+class _GcPauses:
+    """The longest full (generation 2) collection between `start` and `stop` (gc.callbacks)."""
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self._t = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t = time.perf_counter()
+        elif info.get("generation") == 2:
+            self.longest = max(self.longest, time.perf_counter() - self._t)
+
+    def __enter__(self) -> _GcPauses:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self in gc.callbacks:
+            gc.callbacks.remove(self)
+
+
+async def _scrape_for(
+    pool: EndpointPool, cfg: Scrape, warmup: float, seconds: float, *, gc_policy: bool = True
+) -> _Run:
+    """One scraper over `pool` (with the gateway's GC policy unless `gc_policy` is off)."""
     scraper = Scraper(pool, cfg, measure_speed=False)
     task = asyncio.create_task(scraper.run())
+    policy = asyncio.create_task(GcPolicy(warmup_s=max(0.0, warmup - 0.5)).run()) if gc_policy else None
     count = "fleetgate_scrape_duration_seconds_count"
     limit = 2 * cfg.interval_ms / 1000
     shares: list[float] = []
+    pauses = _GcPauses()
     try:
         await asyncio.sleep(warmup)
         reg = scraper.registry
@@ -177,6 +214,7 @@ async def _scrape_for(pool: EndpointPool, cfg: Scrape, warmup: float, seconds: f
             reg.get_sample_value(count) or 0.0,
             reg.get_sample_value("fleetgate_scrape_cpu_seconds_total"),
         )
+        pauses.__enter__()
         cpu0, t0 = time.process_time(), time.monotonic()
         while time.monotonic() - t0 < seconds:
             await asyncio.sleep(0.05)
@@ -190,9 +228,12 @@ async def _scrape_for(pool: EndpointPool, cfg: Scrape, warmup: float, seconds: f
         )
         cpu1, t1 = time.process_time(), time.monotonic()
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-    return _Run(n1 - n0, cpu1 - cpu0, (m1 or 0.0) - (m0 or 0.0), t1 - t0, shares)
+        pauses.__exit__()
+        tasks = [task] if policy is None else [task, policy]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return _Run(n1 - n0, cpu1 - cpu0, (m1 or 0.0) - (m0 or 0.0), t1 - t0, shares, pauses.longest)
 
 
 # --- 2. whole scrapes -----------------------------------------------------------------------------
@@ -216,16 +257,65 @@ def whole_scrape_rows(pods: int, seconds: float) -> list[Row]:
 # --- 3. the pod's side ----------------------------------------------------------------------------
 
 
-def _serve_prometheus_app(port_out: Any, ready: Any) -> None:
-    """vLLM's metric set in prometheus_client's ASGI app under uvicorn, as vLLM's API server runs it."""
+class _VllmRouting:
+    """vLLM's routing of /metrics without FastAPI (used when fastapi is not installed): the exact
+    path renders the whole registry, ignoring `name[]` (prometheus-fastapi-instrumentator's route),
+    any other /metrics path reaches the prometheus_client app (vLLM's Mount and its path regex)."""
+
+    def __init__(self, registry: Any) -> None:
+        from prometheus_client import make_asgi_app
+
+        self._registry = registry
+        self._mounted = make_asgi_app(registry)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        from prometheus_client import generate_latest
+
+        if scope["type"] == "http" and scope["path"] == "/metrics":
+            body = generate_latest(self._registry)
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": body})
+        else:
+            await self._mounted(scope, receive, send)
+
+
+def _vllm_api_server(registry: Any) -> tuple[Any, bool]:
+    """(app, exact): vLLM's API server /metrics wiring (`vllm/entrypoints/serve/instrumentator/
+    metrics.py`, CORS as `build_app` adds it) when fastapi and prometheus-fastapi-instrumentator are
+    installed (the `bench` extra), else `_VllmRouting` (same routing, no FastAPI per-request cost)."""
+    try:
+        import re
+
+        from fastapi import FastAPI
+        from fastapi.middleware.cors import CORSMiddleware
+        from prometheus_client import make_asgi_app
+        from prometheus_fastapi_instrumentator import Instrumentator
+        from starlette.routing import Mount
+    except ImportError:
+        return _VllmRouting(registry), False
+    app = FastAPI()
+    excluded = ["/metrics", "/health", "/health/decode", "/load", "/ping", "/version", "/server_info"]
+    Instrumentator(excluded_handlers=excluded, registry=registry).add().instrument(app).expose(app)
+    route = Mount("/metrics", make_asgi_app(registry=registry))
+    route.path_regex = re.compile("^/metrics(?P<path>.*)$")
+    app.routes.append(route)
+    app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"], allow_headers=["*"])
+    return app, True
+
+
+def _serve_prometheus_app(port_out: Any, ready: Any, wiring: str = "bare") -> None:
+    """vLLM's metric set under uvicorn on uvloop, as vLLM's API server runs it: `bare` is
+    prometheus_client's ASGI app alone, `vllm` the API server's wiring (`_vllm_api_server`)."""
     import uvicorn
     from prometheus_client import make_asgi_app
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port_out.value = sock.getsockname()[1]
-    app = make_asgi_app(vllm_registry())
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False))
+    registry = vllm_registry()
+    app = make_asgi_app(registry) if wiring == "bare" else _vllm_api_server(registry)[0]
+    config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False, timeout_keep_alive=5)
+    server = uvicorn.Server(config)
 
     async def main() -> None:
         task = asyncio.create_task(server.serve(sockets=[sock]))
@@ -234,7 +324,11 @@ def _serve_prometheus_app(port_out: Any, ready: Any) -> None:
         ready.set()
         await task
 
-    asyncio.run(main())
+    run_loop(main())
+
+
+def _serve_vllm_app(port_out: Any, ready: Any) -> None:
+    _serve_prometheus_app(port_out, ready, "vllm")
 
 
 def _serve_sim_pod(port_out: Any, ready: Any) -> None:
@@ -247,20 +341,25 @@ def _serve_sim_pod(port_out: Any, ready: Any) -> None:
             ready.set()
             await asyncio.Event().wait()
 
-    asyncio.run(main())
+    run_loop(main())
 
 
-async def _server_cpu(pool: EndpointPool, cfg: Scrape, pid: int, seconds: float) -> tuple[float, float]:
-    """(CPU seconds of process `pid`, wall seconds) while one scraper scrapes `pool`."""
+async def _server_cpu(
+    pool: EndpointPool, cfg: Scrape, pid: int, seconds: float
+) -> tuple[float, float, float, bool]:
+    """(CPU seconds of process `pid`, wall seconds, scrapes, whether the pod ignored the filter)
+    while one scraper scrapes `pool`'s one pod."""
     scraper = Scraper(pool, cfg, measure_speed=True)
     task = asyncio.create_task(scraper.run())
-    await asyncio.sleep(1.0)
-    c0, t0 = cpu_seconds([pid]), time.monotonic()
+    count = "fleetgate_scrape_duration_seconds_count"
+    await asyncio.sleep(2.5)  # past the first scrapes and `idleAfterScrapes` quiet ones
+    n0, c0, t0 = scraper.registry.get_sample_value(count) or 0.0, process_cpu_clock(pid), time.monotonic()
     await asyncio.sleep(seconds)
-    c1, t1 = cpu_seconds([pid]), time.monotonic()
+    n1, c1, t1 = scraper.registry.get_sample_value(count) or 0.0, process_cpu_clock(pid), time.monotonic()
+    full = scraper.ignores_filter(pool.pods()[0].name)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
-    return c1 - c0, t1 - t0
+    return c1 - c0, t1 - t0, n1 - n0, full
 
 
 def render_rows(rounds: int) -> list[Row]:
@@ -276,13 +375,35 @@ def render_rows(rounds: int) -> list[Row]:
     return out
 
 
+@dataclass(frozen=True)
+class _PodCase:
+    label: str
+    filt: bool
+    slash: bool  # vLLM's filtered scrapes at /metrics/ (now) or at /metrics (the product before)
+    idle: bool  # defaults: an idle unchanged pod at idleIntervalMs; else every 100 ms (under traffic)
+
+
+_CASES = (
+    _PodCase("unfiltered, 10 scrapes/s (before)", False, True, False),
+    _PodCase("name[] at /metrics, 10 scrapes/s (before)", True, False, False),
+    _PodCase("name[] at /metrics/, 10 scrapes/s: a pod under traffic (now)", True, True, False),
+    _PodCase("name[] at /metrics/, idle pod at idleIntervalMs (now)", True, True, True),
+)
+
+
 def pod_side_rows(seconds: float) -> list[Row]:
+    """The pod's CPU under one gateway's scrapes, net of its idle CPU over the same length, read
+    from the kernel's per-process CPU clock (ns, not 10 ms ticks)."""
     ctx = multiprocessing.get_context("spawn")
     out = render_rows(200)
-    for label, target in (
-        ("prometheus_client app", _serve_prometheus_app),
-        ("simulator pod", _serve_sim_pod),
-    ):
+    _app, exact = _vllm_api_server(vllm_registry())
+    vllm_label = "vLLM API server wiring" + ("" if exact else " (routing only: fastapi not installed)")
+    targets = (
+        ("prometheus_client app alone", _serve_prometheus_app, _CASES),
+        (vllm_label, _serve_vllm_app, _CASES),
+        ("simulator pod", _serve_sim_pod, (_CASES[0], _CASES[2])),
+    )
+    for label, target, cases in targets:
         port, ready = ctx.Value("i", 0), ctx.Event()
         child = ctx.Process(target=target, args=(port, ready), daemon=True)
         child.start()
@@ -290,16 +411,29 @@ def pod_side_rows(seconds: float) -> list[Row]:
             if not ready.wait(60) or child.pid is None:
                 raise RuntimeError(f"{label} did not start")
             time.sleep(0.5)
-            c0 = cpu_seconds([child.pid])
+            c0 = process_cpu_clock(child.pid)
             time.sleep(seconds)
-            idle = (cpu_seconds([child.pid]) - c0) / seconds
-            for mode, filt in (("unfiltered (before)", False), ("filtered (now)", True)):
-                cfg = Scrape(interval_ms=INTERVAL_MS, filter=filt, idle_after_scrapes=0, engine="vllm")
-                cpu, wall = run_loop(_server_cpu(_pool([port.value]), cfg, child.pid, seconds))
-                share = max(0.0, cpu / wall - idle) * 100
-                out.append(
-                    Row(f"{label} CPU under one gateway, {mode}", 1, share, "% of a core", "10 scrapes/s")
+            idle = (process_cpu_clock(child.pid) - c0) / seconds
+            for case in cases:
+                cfg = Scrape(
+                    interval_ms=INTERVAL_MS,
+                    filter=case.filt,
+                    idle_after_scrapes=3 if case.idle else 0,
+                    engine="vllm",
                 )
+                saved = FILTERED_BASE.pop("vllm") if not case.slash else None
+                try:
+                    cpu, wall, n, full = run_loop(_server_cpu(_pool([port.value]), cfg, child.pid, seconds))
+                finally:
+                    if saved is not None:
+                        FILTERED_BASE["vllm"] = saved
+                share = max(0.0, cpu / wall - idle) * 100
+                per = max(0.0, cpu - idle * wall) / max(n, 1) * 1e6
+                body = "whole body" if full or not case.filt else "filtered body"
+                note = (
+                    f"{n / wall:.1f} scrapes/s, {per:,.0f} µs each, {body}; idle {idle * 100:.2f}% subtracted"
+                )
+                out.append(Row(f"{label}: {case.label}", 1, share, "% of a core", note))
         finally:
             child.terminate()
             child.join(10)
@@ -310,29 +444,28 @@ def pod_side_rows(seconds: float) -> list[Row]:
 
 
 def fleet_rows(pods: int, seconds: float) -> list[Row]:
+    """Freshness: every 50 ms the share of pods whose sample is at most 2 x the interval old; the
+    figure is its 1st percentile over the samples (99% of the instants had at least that share)."""
     out = []
     with SimProcesses(pods, processes=2) as ports:
         strict = Scrape(interval_ms=INTERVAL_MS, idle_after_scrapes=0, cpu_budget_cores=1.0, engine="vllm")
-        r = run_loop(_scrape_for(_pool(ports), strict, 3.0, seconds))
-        shares = sorted(r.fresh_shares)
-        mean = statistics.fmean(shares) * 100
-        worst = shares[0] * 100
-        p1 = shares[max(0, len(shares) // 100 - 1)] * 100
-        note = "every pod at 100 ms, budget 1 core; loaded machine"
-        out.append(Row("pods fresh (≤ 2x interval), mean of samples", pods, mean, "%", note))
-        out.append(Row("pods fresh, worst 1% of samples", pods, p1, "%", f"worst sample {worst:.1f}%"))
-        out.append(Row("scraper cores, every pod at 100 ms", pods, r.cpu_s / r.seconds, "cores"))
-        out.append(Row("scrapes/s achieved", pods, r.scrapes / r.seconds, "scrapes/s"))
-        adaptive = Scrape(interval_ms=INTERVAL_MS, engine="vllm")  # defaults: idle pods at 500 ms
-        r = run_loop(_scrape_for(_pool(ports), adaptive, 3.0, seconds))
-        out.append(
-            Row(
-                "scraper cores, defaults (idle pods at 500 ms)",
-                pods,
-                r.cpu_s / r.seconds,
-                "cores",
-                "all idle",
+        for label, policy in (("GC defaults (before)", False), ("GC policy (now)", True)):
+            r = run_loop(_scrape_for(_pool(ports), strict, 3.0, seconds, gc_policy=policy))
+            shares = sorted(r.fresh_shares)
+            mean = statistics.fmean(shares) * 100
+            p1 = shares[len(shares) // 100] * 100
+            note = f"{len(shares)} samples 50 ms apart; worst {shares[0] * 100:.1f}%, mean {mean:.1f}%"
+            out.append(Row(f"pods fresh (≤ 2x interval), p1 of samples, {label}", pods, p1, "%", note))
+            out.append(Row(f"longest full GC pause, {label}", pods, r.gc_pause_s * 1000, "ms", "gen 2"))
+            out.append(
+                Row(f"scraper cores, every pod at 100 ms, {label}", pods, r.cpu_s / r.seconds, "cores")
             )
+            out.append(Row(f"scrapes/s achieved, {label}", pods, r.scrapes / r.seconds, "scrapes/s"))
+        adaptive = Scrape(interval_ms=INTERVAL_MS, engine="vllm")  # defaults: idle pods at 500 ms
+        r = run_loop(_scrape_for(_pool(ports), adaptive, 3.0, seconds, gc_policy=True))
+        note = "all idle"
+        out.append(
+            Row("scraper cores, defaults (idle pods at 500 ms)", pods, r.cpu_s / r.seconds, "cores", note)
         )
     return out
 

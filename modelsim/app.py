@@ -353,6 +353,7 @@ ROUTES: dict[str, tuple[str, Handler]] = {
     "/version": ("GET", SimApp.version),
     "/v1/models": ("GET", SimApp.models),
     "/metrics": ("GET", SimApp.metrics),
+    "/metrics/": ("GET", SimApp.metrics),  # vLLM's prometheus_client Mount answers here too
     COMPLETIONS_PATH: ("POST", SimApp.completions),
     CHAT_PATH: ("POST", SimApp.chat),
     "/v1/load_lora_adapter": ("POST", SimApp.load_lora),

@@ -52,7 +52,7 @@ class _MetricsProtocol(asyncio.Protocol):
         parts = request_line.split(b" ")
         target = parts[1] if len(parts) == 3 and parts[0] == b"GET" else b""
         path, _, query = target.partition(b"?")
-        if path != b"/metrics":
+        if path not in (b"/metrics", b"/metrics/"):  # vLLM serves both (cluster_gateway/metrics/filtered.py)
             self._transport.write(_NOT_FOUND)
             return
         self._counter[self._index] += 1

@@ -7,6 +7,16 @@ the gateway's read. Engines that ignore the query (TGI's Rust exporter) answer t
 `ignores_filter` tells such a body apart cheaply, and the scraper then reads the latency figures
 from that same body instead of asking again (`common.promtext` parses only the wanted lines of
 either body, so a full body costs parse time but is read correctly).
+
+vLLM's own `/metrics` ignores the filter: its API server registers prometheus-fastapi-instrumentator's
+`expose()` route at `/metrics` (a FastAPI handler that renders the whole registry, in a thread)
+*before* it appends the prometheus_client ASGI app as `Mount("/metrics")` with the path regex
+`^/metrics(?P<path>.*)$`, so the exact path `/metrics` never reaches the app that honours `name[]`
+(`vllm/entrypoints/serve/instrumentator/metrics.py`; the whole 45 KB body costs the API server
+~5 ms of CPU per scrape). `/metrics/` does not match the FastAPI route and reaches the Mount: every
+vLLM version since the Mount was added answers it filtered. So filtered vLLM scrapes ask for
+`/metrics/?name[]=...` (`FILTERED_BASE`), and a pod that refuses that path (404, a redirect) is
+asked at `/metrics` from then on (the scraper remembers it per pod).
 """
 
 from __future__ import annotations
@@ -14,17 +24,20 @@ from __future__ import annotations
 from functools import lru_cache
 from urllib.parse import urlencode
 
-__all__ = ["ignores_filter", "metrics_path"]
+__all__ = ["FILTERED_BASE", "PLAIN_PATH", "REFUSED_STATUSES", "SLASH_PATH", "ignores_filter", "metrics_path"]
 
 PLAIN_PATH = "/metrics"
+SLASH_PATH = "/metrics/"  # vLLM: the prometheus_client Mount, past the route that ignores name[]
+FILTERED_BASE: dict[str, str] = {"vllm": SLASH_PATH}  # engine → the path its filtered scrapes use
+REFUSED_STATUSES = frozenset({301, 302, 307, 308, 404, 405})  # the base path is not served there
 
 
 @lru_cache(maxsize=64)
-def metrics_path(names: frozenset[str] | None) -> str:
-    """`/metrics` with one `name[]` parameter per sample name (sorted: a stable URL); None: unfiltered."""
+def metrics_path(names: frozenset[str] | None, base: str = PLAIN_PATH) -> str:
+    """`base` with one `name[]` parameter per sample name (sorted: a stable URL); None: unfiltered."""
     if not names:
         return PLAIN_PATH
-    return PLAIN_PATH + "?" + urlencode([("name[]", n) for n in sorted(names)])
+    return base + "?" + urlencode([("name[]", n) for n in sorted(names)])
 
 
 def sample_lines(body: bytes) -> int:

@@ -31,7 +31,13 @@ from cluster_gateway.metrics.cadence import Cadence
 from cluster_gateway.metrics.cpu_meter import Metered
 from cluster_gateway.metrics.engines import PodSample, fetch_names, read_pod_sample
 from cluster_gateway.metrics.fetch import Fetcher, FetchError, HttpxFetcher, KeepAliveFetcher
-from cluster_gateway.metrics.filtered import PLAIN_PATH, ignores_filter, metrics_path
+from cluster_gateway.metrics.filtered import (
+    FILTERED_BASE,
+    PLAIN_PATH,
+    REFUSED_STATUSES,
+    ignores_filter,
+    metrics_path,
+)
 from cluster_gateway.metrics.frozen import FrozenBodies
 from cluster_gateway.metrics.perf_window import PerfWindow
 from cluster_gateway.metrics.prefix_window import PrefixHitWindow
@@ -131,6 +137,7 @@ class Scraper:
         # requests other replicas sent a pod since its last sample (scrape sharing tells them)
         self.extra_dispatched: Callable[[str], int | None] | None = None
         self._full_body: dict[str, bool] = {}  # pod → it ignored the name filter last time
+        self._plain_base: set[str] = set()  # pods that refused their engine's filtered path (filtered.py)
         self._last_key: dict[str, tuple[object, ...]] = {}  # pod → its last sample's routing fields
         self._memo: dict[str, LineMemo] = {}  # pod → its last body's parsed lines (promtext)
         self._last_body: dict[str, tuple[bool, bytes, PodSample]] = {}  # pod → (perf, body, sample)
@@ -196,6 +203,7 @@ class Scraper:
             self._workers.pop(name).cancel()
             self.cadence.remove(name)
             self._full_body.pop(name, None)
+            self._plain_base.discard(name)
             self._last_key.pop(name, None)
             self._memo.pop(name, None)
             self._last_body.pop(name, None)
@@ -285,7 +293,24 @@ class Scraper:
         if not self._cfg.filter:
             return PLAIN_PATH, 0
         names = fetch_names(engine, perf=with_perf and not self._full_body.get(name, False))
-        return metrics_path(names), len(names)
+        base = (
+            PLAIN_PATH
+            if engine is None or name in self._plain_base
+            else FILTERED_BASE.get(engine, PLAIN_PATH)
+        )
+        return metrics_path(names, base), len(names)
+
+    async def _fetch_metrics(self, name: str, endpoint: Endpoint, path: str) -> bytes:
+        """The metrics body at `path`; a pod that does not serve the engine's filtered base path
+        (filtered.py: vLLM's `/metrics/`) is asked again at `/metrics`, and from then on."""
+        try:
+            return await self._fetch(endpoint, path, "metrics")
+        except FetchError as exc:
+            if exc.status not in REFUSED_STATUSES or not path.startswith(PLAIN_PATH + "/"):
+                raise
+            self._plain_base.add(name)
+            log.info("pod does not serve %s; scraping /metrics", path.split("?", 1)[0], extra={"pod": name})
+            return await self._fetch(endpoint, PLAIN_PATH + path[len(PLAIN_PATH) + 1 :], "metrics")
 
     async def _scrape_pod(self, name: str) -> bool:
         """One scrape into the pool; True when the pod was quiet (see `cadence`)."""
@@ -303,7 +328,7 @@ class Scraper:
         )
         path, asked = self._path(name, engine, with_perf)
         try:
-            body = await self._fetch(endpoint, path, "metrics")
+            body = await self._fetch_metrics(name, endpoint, path)
             full = asked == 0 or ignores_filter(body, asked)
             if asked:
                 self._full_body[name] = full

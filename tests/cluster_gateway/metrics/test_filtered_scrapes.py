@@ -5,23 +5,26 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import uvicorn
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_asgi_app
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, make_asgi_app
 
 from cluster_gateway.metrics.engines import fetch_names
 from cluster_gateway.metrics.fetch import Fetcher
-from cluster_gateway.metrics.filtered import ignores_filter, metrics_path, sample_lines
+from cluster_gateway.metrics.filtered import SLASH_PATH, ignores_filter, metrics_path, sample_lines
 from cluster_gateway.metrics.scraper import Scraper
 from cluster_gateway.pool import Endpoint, EndpointPool
 from common.config.gateway import Scrape
+from common.http import Receive, Scope, Send
 from modelsim.fleet import PodSpec, SimFleet
 from modelsim.metrics_text import filter_samples
 from tests.cluster_gateway.metrics.bodies import tgi_body
 from tests.cluster_gateway.metrics.fake_pods import FakePod, running
 from tests.eventually import eventually
+
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class Recording:
@@ -61,11 +64,13 @@ def _vllm_registry() -> CollectorRegistry:
 
 
 @asynccontextmanager
-async def prometheus_app(registry: CollectorRegistry) -> AsyncIterator[int]:
+async def prometheus_app(
+    registry: CollectorRegistry, wrap: Callable[[CollectorRegistry], ASGIApp] = make_asgi_app
+) -> AsyncIterator[int]:
     """prometheus_client's own ASGI app (what vLLM mounts at /metrics) on a port-0 socket."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(make_asgi_app(registry), lifespan="off", log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(wrap(registry), lifespan="off", log_level="warning"))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         await eventually(lambda: server.started, what="prometheus app started")
@@ -93,10 +98,63 @@ async def test_a_prometheus_client_app_answers_only_the_asked_samples() -> None:
         assert not scraper.ignores_filter("p0")
         (first, first_size), (second, second_size) = recording.seen
         assert first == metrics_path(fetch_names(None, perf=True))
-        assert second == metrics_path(fetch_names("vllm", perf=False))
+        assert second == metrics_path(fetch_names("vllm", perf=False), SLASH_PATH)
         assert "name%5B%5D=vllm%3Anum_requests_waiting" in second and "time_to_first" not in second
         full = len((await _get_full(port)).splitlines())
         assert second_size < first_size and full > 40  # the unfiltered body has the buckets
+
+
+def _vllm_api_server(registry: CollectorRegistry) -> ASGIApp:
+    """vLLM's routing of /metrics (filtered.py): the exact path renders the whole registry, ignoring
+    `name[]` (prometheus-fastapi-instrumentator's route); any other /metrics path reaches the
+    prometheus_client app (the Mount with the `^/metrics(?P<path>.*)$` regex)."""
+    mounted = make_asgi_app(registry)
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["path"] == "/metrics":
+            body = generate_latest(registry)
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": body})
+        else:
+            await mounted(scope, receive, send)
+
+    return app
+
+
+async def test_vllm_is_asked_past_its_route_that_ignores_the_filter() -> None:
+    async with prometheus_app(_vllm_registry(), wrap=_vllm_api_server) as port:
+        pool = EndpointPool()
+        pool.set_endpoints([Endpoint(name="p0", address="127.0.0.1", port=port, engine="vllm")])
+        scraper = Scraper(pool, Scrape(timeout_ms=2000), measure_speed=False)
+        recording = scraper._fetcher = Recording(scraper._fetcher)
+        try:
+            await scraper.scrape_once()
+        finally:
+            await scraper.aclose()
+        assert not scraper.ignores_filter("p0")
+        ((path, size),) = recording.seen
+        assert path.startswith("/metrics/?name%5B%5D=") and size < 2000
+        state = pool.get("p0")
+        assert state is not None and state.metrics is not None and state.metrics.waiting == 4
+
+
+async def test_a_vllm_pod_without_the_slash_path_is_asked_at_metrics_from_then_on() -> None:
+    pod = FakePod("old-0", b"vllm:num_requests_waiting 2\nvllm:num_requests_running 1\n")  # /metrics only
+    async with running(pod):
+        pool = EndpointPool()
+        pool.set_endpoints([pod.endpoint(engine="vllm")])
+        scraper = Scraper(pool, Scrape(timeout_ms=2000), measure_speed=False)
+        recording = scraper._fetcher = Recording(scraper._fetcher)
+        try:
+            await scraper.scrape_once()  # /metrics/ is 404: asked again at /metrics at once
+            await scraper.scrape_once()
+        finally:
+            await scraper.aclose()
+        assert [p.split("?", 1)[0] for p, _ in recording.seen] == ["/metrics", "/metrics"]
+        assert pod.metrics_hits == 2
+        state = pool.get("old-0")
+        assert state is not None and state.metrics is not None and not state.stale
+        assert scraper.metrics.failures.labels("http_status")._value.get() == 0
 
 
 async def _get_full(port: int) -> bytes:

@@ -83,7 +83,7 @@ def envoy_bootstrap(
     extproc_host: str = "127.0.0.1",
     body_mode: str = "STREAMED",
     response_headers: bool = False,
-    picker_streams_per_connection: int = 0,
+    picker_streams_per_connection: int = 8,
     message_timeout_s: float = 30.0,
     upstream_timeout_s: float = 600.0,
     pods: list[tuple[str, int]] | None = None,

@@ -84,6 +84,7 @@ def envoy_bootstrap(
     body_mode: str = "STREAMED",
     response_headers: bool = False,
     picker_streams_per_connection: int = 8,
+    max_body_bytes: int = 8 * 1024 * 1024,
     message_timeout_s: float = 30.0,
     upstream_timeout_s: float = 600.0,
     pods: list[tuple[str, int]] | None = None,
@@ -173,6 +174,11 @@ def envoy_bootstrap(
                 {
                     "name": "inference",
                     "address": {"socket_address": {"address": host, "port_value": listen_port}},
+                    # STREAMED mode: Envoy queues the body while the pick (which needs all of it)
+                    # is pending, and past this limit it stops reading the client: a prompt larger
+                    # than Envoy's 1 MiB default would stall. The picker's own limit is the gateway's
+                    # `proxy.maxBodyBytes` (413 above it); this must be at least that.
+                    "per_connection_buffer_limit_bytes": max_body_bytes + 64 * 1024,
                     "filter_chains": [
                         {
                             "filters": [

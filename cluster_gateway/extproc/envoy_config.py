@@ -1,10 +1,19 @@
 """An Envoy bootstrap that puts the Fleetgate picker in front of a pool (tests, bench, docs).
 
 The shape follows the Gateway API Inference Extension data path: the ext_proc filter sees the
-request headers and streams the body (FULL_DUPLEX_STREAMED), and an ORIGINAL_DST cluster sends the
-request to whatever `x-gateway-destination-endpoint` the picker set. Response bodies are not sent
-to the picker (no per-chunk round trip on SSE streams); the picker learns the response status from
-the response headers and the end of the exchange from the stream closing.
+request headers and the body, and an ORIGINAL_DST cluster sends the request to whatever
+`x-gateway-destination-endpoint` the picker set. What crosses the ext_proc stream is kept to the
+least that routes a request (each message costs the Python picker more than the pick itself):
+  * `body_mode="STREAMED"` (default) with `send_body_without_waiting_for_header_response`: headers
+    and body go out back to back, the picker answers the headers with the pick and each body chunk
+    with a bare CONTINUE; Envoy keeps the body. FULL_DUPLEX_STREAMED (the Inference Extension's
+    convention) makes the picker stream the body back; BUFFERED costs a second round trip.
+  * `response_headers=False` (default): the response phase is skipped entirely. Envoy closes the
+    ext_proc stream when the HTTP request is destroyed, after the whole response (streams too),
+    and the picker releases the pod's in-flight slot on that close. `True` sends the response
+    headers (status for the picker's outlier detection and TTFT metric; the gateway's
+    `extProc.responseHeaders` must then be true too) and trailers.
+Response bodies are never sent to the picker (no per-chunk round trip on SSE streams).
 """
 
 from __future__ import annotations
@@ -72,7 +81,10 @@ def envoy_bootstrap(
     admin_port: int,
     host: str = "127.0.0.1",
     extproc_host: str = "127.0.0.1",
-    body_mode: str = "FULL_DUPLEX_STREAMED",
+    body_mode: str = "STREAMED",
+    response_headers: bool = False,
+    picker_streams_per_connection: int = 8,
+    max_body_bytes: int = 8 * 1024 * 1024,
     message_timeout_s: float = 30.0,
     upstream_timeout_s: float = 600.0,
     pods: list[tuple[str, int]] | None = None,
@@ -86,7 +98,6 @@ def envoy_bootstrap(
     load-balancing policy: the picker's choice first, then its ranked fallbacks from the `envoy.lb`
     metadata on connect-failure retries (in Kubernetes the pods would come from EDS instead).
     """
-    full_duplex = body_mode == "FULL_DUPLEX_STREAMED"
     breakers = circuit_breakers(limits or CircuitBreakers())
     ext_proc = {
         "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
@@ -100,16 +111,26 @@ def envoy_bootstrap(
         "message_timeout": f"{message_timeout_s}s",
         "processing_mode": {
             "request_header_mode": "SEND",
-            "response_header_mode": "SEND",
+            "response_header_mode": "SEND" if response_headers else "SKIP",
             "request_body_mode": body_mode,
-            # Full duplex needs trailers sent so a body that ends with trailers still completes.
-            "request_trailer_mode": "SEND" if full_duplex else "SKIP",
+            # Streamed bodies need trailers sent so a body that ends with trailers still completes
+            # (the picker picks on end of stream); free when the request has none.
+            "request_trailer_mode": "SKIP" if body_mode == "BUFFERED" else "SEND",
             "response_body_mode": "NONE",
-            # Keeps the ext_proc stream open until the response ends (with SKIP, Envoy closes it
-            # after the response headers and the pod's in-flight slot would be freed mid-stream).
+            # SEND even when the response phase is otherwise skipped: since 1.37 Envoy closes the
+            # ext_proc stream as soon as it expects no further message (with everything SKIP, right
+            # after the request answer, while the response is still being generated; the runtime
+            # guard `ext_proc_stream_close_optimization=false` no longer changes that in 1.40). A
+            # pending trailers phase keeps the stream open to the end of the HTTP request, whose
+            # close then releases the pod's slot; HTTP/1.1 responses have no trailers, so no message.
             "response_trailer_mode": "SEND",
         },
     }
+    # More connections to the picker than Envoy's one per worker thread: the gateway's serving
+    # processes share the ext_proc port (SO_REUSEPORT), and the kernel spreads connections, not streams
+    h2 = {"max_concurrent_streams": picker_streams_per_connection} if picker_streams_per_connection else {}
+    if body_mode == "STREAMED":  # else Envoy holds the body until the headers answer: deadlock
+        ext_proc["send_body_without_waiting_for_header_response"] = True
     route: dict[str, Any] = {"cluster": "model-servers", "timeout": f"{upstream_timeout_s}s"}
     if pods:
         route["retry_policy"] = {
@@ -153,6 +174,11 @@ def envoy_bootstrap(
                 {
                     "name": "inference",
                     "address": {"socket_address": {"address": host, "port_value": listen_port}},
+                    # STREAMED mode: Envoy queues the body while the pick (which needs all of it)
+                    # is pending, and past this limit it stops reading the client: a prompt larger
+                    # than Envoy's 1 MiB default would stall. The picker's own limit is the gateway's
+                    # `proxy.maxBodyBytes` (413 above it); this must be at least that.
+                    "per_connection_buffer_limit_bytes": max_body_bytes + 64 * 1024,
                     "filter_chains": [
                         {
                             "filters": [
@@ -172,7 +198,7 @@ def envoy_bootstrap(
                     "typed_extension_protocol_options": {
                         "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
                             "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-                            "explicit_http_config": {"http2_protocol_options": {}},
+                            "explicit_http_config": {"http2_protocol_options": h2},
                         }
                     },
                     "load_assignment": {

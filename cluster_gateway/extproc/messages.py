@@ -92,6 +92,16 @@ def continue_body(*, response_phase: bool) -> pb.ProcessingResponse:
     )
 
 
+_CONTINUE_REQUEST_BODY = pb.ProcessingResponse(request_body=pb.BodyResponse(response=pb.CommonResponse()))
+
+
+def continue_bodies(n: int) -> list[pb.ProcessingResponse]:
+    """STREAMED request bodies: one bare CONTINUE per chunk Envoy sent (it still holds the bytes).
+
+    The same immutable message each time: gRPC serializes it per write, nothing mutates it."""
+    return [_CONTINUE_REQUEST_BODY] * n
+
+
 def trailers_response(*, response_phase: bool) -> pb.ProcessingResponse:
     tr = pb.TrailersResponse()
     return (

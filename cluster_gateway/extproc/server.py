@@ -1,12 +1,20 @@
 """Envoy ext_proc endpoint picker (Gateway API Inference Extension conventions).
 
 Per HTTP request Envoy opens one `ExternalProcessor.Process` stream. The picker reads the request
-headers and the whole body (FULL_DUPLEX_STREAMED chunks or one BUFFERED message), schedules, and
-answers with `x-gateway-destination-endpoint: ip:port[,fallback...]` as a header mutation and in
-dynamic metadata under `envoy.lb`, which an ORIGINAL_DST cluster (`use_http_header`) routes on.
-In FULL_DUPLEX_STREAMED mode Envoy keeps no copy of the body, so it is streamed back unchanged
-after the headers answer. The pod's in-flight slot is held until the response ends or the
-stream closes, whichever comes first.
+headers and the whole body, schedules, and answers with `x-gateway-destination-endpoint: ip:port`
+as a header mutation and the ranked list in dynamic metadata under `envoy.lb`, which an
+ORIGINAL_DST cluster (`use_http_header`) or the override_host policy routes on. Body modes:
+  * STREAMED with `send_body_without_waiting_for_header_response` (envoy_config.py's default): the
+    body follows the headers without waiting; the headers answer carries the pick and each body
+    chunk gets a bare CONTINUE, since Envoy kept the bytes (four small messages, one round trip);
+  * FULL_DUPLEX_STREAMED (Inference Extension's convention): Envoy keeps no copy of the body, so it
+    is streamed back unchanged after the headers answer;
+  * BUFFERED: the headers are acknowledged first, the pick rides on the body answer (two round trips).
+The pod's in-flight slot is held until the response ends or the stream closes, whichever comes
+first: Envoy closes the stream when the HTTP request is destroyed (its whole response sent), so with
+the response phase skipped (`response_header_mode: SKIP`) the close alone releases the slot, exactly,
+and no response-path message is paid for. When Envoy does send the response headers, their status
+feeds outlier detection and the outcome metric.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ log = logging.getLogger("fleetgate.gateway.extproc")
 
 _FULL_DUPLEX = processing_mode_pb2.ProcessingMode.FULL_DUPLEX_STREAMED
 _BUFFERED = processing_mode_pb2.ProcessingMode.BUFFERED
+_STREAMED = processing_mode_pb2.ProcessingMode.STREAMED
 _INFERENCE_PATHS = frozenset({COMPLETIONS_PATH, CHAT_PATH})
 
 
@@ -49,9 +58,10 @@ class _Stream:
     """What one ext_proc stream has seen so far."""
 
     headers: dict[str, str] = field(default_factory=dict)
-    full_duplex: bool = True
+    body_mode: int = _FULL_DUPLEX
     body: list[bytes] = field(default_factory=list)
     body_size: int = 0
+    chunks: int = 0  # body messages received (STREAMED answers each with a CONTINUE)
     picked: bool = False
     pick: Pick | None = None
     pod: PodState | None = None
@@ -86,6 +96,9 @@ class PickerService(pb_grpc.ExternalProcessorServicer):
         self.max_depth = max_json_depth
         # outcomes seen in the response headers feed the gateway's outlier detection
         self.outliers = outliers or OutlierDetector(pool, OutlierDetection())
+        # a stream that closes without response headers: cancelled when Envoy was asked to send
+        # them (the client left first), ok when the response phase is skipped (the close is the end)
+        self.closed_outcome = CANCELLED if cfg.response_headers else OK
 
     async def Process(
         self, request_iterator: AsyncIterator[pb.ProcessingRequest], context: grpc.aio.ServicerContext
@@ -96,7 +109,7 @@ class PickerService(pb_grpc.ExternalProcessorServicer):
                 for resp in await self._handle(st, req):
                     yield resp
         finally:
-            self._release(st, CANCELLED if st.status == 0 and st.pod is not None else None)
+            self._release(st, self.closed_outcome if st.status == 0 and st.pod is not None else None)
 
     async def _handle(self, st: _Stream, req: pb.ProcessingRequest) -> list[pb.ProcessingResponse]:
         kind = req.WhichOneof("request")
@@ -121,8 +134,10 @@ class PickerService(pb_grpc.ExternalProcessorServicer):
         self, st: _Stream, req: pb.ProcessingRequest
     ) -> list[pb.ProcessingResponse]:
         st.headers = msg.header_map(req.request_headers)
+        ahead = False
         if req.HasField("protocol_config"):
-            st.full_duplex = req.protocol_config.request_body_mode != _BUFFERED
+            st.body_mode = req.protocol_config.request_body_mode
+            ahead = req.protocol_config.send_body_without_waiting_for_header_response
         method = st.headers.get(":method", "GET")
         if st.path not in _INFERENCE_PATHS or method != "POST":
             st.picked = True
@@ -130,16 +145,27 @@ class PickerService(pb_grpc.ExternalProcessorServicer):
         if req.request_headers.end_of_stream:
             st.picked = True
             return [msg.immediate_error(bad_request("Request body is required"))]
-        if st.full_duplex:
-            return []  # the headers answer waits for the body (it carries the destination)
-        # BUFFERED: Envoy waits for this answer before sending the body; the mutation comes later.
-        return [msg.headers_response(remove=self._internal_headers(st))]
+        if st.body_mode == _BUFFERED:
+            # Envoy waits for this answer before sending the body; the mutation comes later
+            return [msg.headers_response(remove=self._internal_headers(st))]
+        if st.body_mode == _STREAMED and not ahead:
+            # Envoy would hold the body until the headers answer, which needs the body: deadlock
+            st.picked = True
+            err = OpenAIError(
+                500,
+                "ext_proc STREAMED body mode needs send_body_without_waiting_for_header_response",
+                type="server_error",
+                code="extproc_misconfigured",
+            )
+            return [msg.immediate_error(err)]
+        return []  # the headers answer waits for the body (it carries the destination)
 
     async def _on_request_body(self, st: _Stream, body: pb.HttpBody) -> list[pb.ProcessingResponse]:
         if st.picked:  # already answered (e.g. an immediate response); nothing more to do
             return []
         st.body.append(body.body)
         st.body_size += len(body.body)
+        st.chunks += 1
         if st.body_size > self.max_body:
             st.picked = True
             err = OpenAIError(413, f"Request body exceeds {self.max_body} bytes", code="request_too_large")
@@ -178,9 +204,11 @@ class PickerService(pb_grpc.ExternalProcessorServicer):
         set_headers = {DESTINATION_HEADER: pod.endpoint.hostport}
         remove = [h for h in self._internal_headers(st) if h != DESTINATION_HEADER]
         md = msg.destination_metadata(endpoints)
-        if st.full_duplex:
-            return [msg.headers_response(set_headers, remove, md), *msg.streamed_body(raw)]
-        return [msg.buffered_body_response(set_headers, remove, md)]
+        if st.body_mode == _BUFFERED:
+            return [msg.buffered_body_response(set_headers, remove, md)]
+        if st.body_mode == _STREAMED:  # Envoy queued the chunks: let each through unchanged
+            return [msg.headers_response(set_headers, remove, md), *msg.continue_bodies(st.chunks)]
+        return [msg.headers_response(set_headers, remove, md), *msg.streamed_body(raw)]
 
     def _internal_headers(self, st: _Stream) -> list[str]:
         return [k for k in st.headers if is_internal(k)]
@@ -219,7 +247,7 @@ class PickerService(pb_grpc.ExternalProcessorServicer):
         # Only reached if Envoy is configured to send response bodies; echo them in full duplex.
         if body.end_of_stream:
             self._release(st, None)
-        if st.full_duplex:
+        if st.body_mode == _FULL_DUPLEX:
             return list(_echo(body))
         return [msg.continue_body(response_phase=True)]
 

@@ -243,6 +243,11 @@ class ExtProc(_Base, kw_only=True):
     port: Port = 9002
     fallback_endpoints: Annotated[int, Meta(ge=0, le=8)] = 2  # extra ip:port entries after the pick
     circuit_breakers: CircuitBreakers = msgspec.field(default_factory=CircuitBreakers)
+    # Envoy sends the response headers to the picker (`response_header_mode: SEND`): their status
+    # feeds outlier detection, and a stream closed before them counts as cancelled. false (the
+    # default, and envoy_bootstrap()'s): the response phase is skipped, the stream's close releases
+    # the pod's slot and counts as ok (one message pair fewer per request; docs/cluster-gateway.md).
+    response_headers: bool = False
     # TLS on the ext_proc port (PEM files, set together): Envoy AI Gateway always connects to an
     # InferencePool's endpoint picker over TLS, as the reference picker serves by default.
     tls_cert_file: str | None = None

@@ -157,6 +157,10 @@ class Selection(_Base, kw_only=True):
     # live headroom, by cost, by TTFT estimate and by headroom in the client's region, plus a few at
     # random (docs/scale.md); 0 = always score every cluster
     max_scored: Annotated[int, Meta(ge=0, le=10_000)] = 10
+    # requests of headroom that are "enough": clusters with at least this much room score the same on
+    # headroom, so region latency and TTFT decide between them, and more room only wins when a cluster
+    # is short (global_router/selection.py)
+    ample_headroom: Annotated[int, Meta(ge=1, le=100_000)] = 4
 
 
 class Failover(_Base, kw_only=True):

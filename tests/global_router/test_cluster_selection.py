@@ -222,3 +222,37 @@ def test_adapter_resident_cluster_beats_one_that_must_load_it() -> None:
     ranked = _selector().rank([a, b], SelectionRequest(model="sql-lora"))
     assert [c.cluster_id for c in ranked.candidates] == ["resident", "loads"]
     assert ranked.candidates[1].predicted_ttft_ms - ranked.candidates[0].predicted_ttft_ms == 150.0
+
+
+def _regional(**sel: object) -> ClusterSelector:
+    matrix = {"eu": {"eu": 0.0, "us": 80.0}}
+    return _selector(Selection(region_latency_ms=matrix, **sel))  # type: ignore[arg-type]
+
+
+def test_a_near_cluster_with_enough_room_beats_a_far_one_with_more() -> None:
+    # the far cluster has served (its agent measured small requests: 110 slots), the near one is idle
+    # on its priors (8): more room than the request needs does not outweigh 80 ms of WAN
+    clusters = [
+        cluster("far", region="us", headroom=110, ttft_ms=6),
+        cluster("near", region="eu", headroom=8, ttft_ms=15),
+    ]
+    ranked = _regional().rank(clusters, SelectionRequest(model=MODEL, client_region="eu"))
+    assert [c.cluster_id for c in ranked.candidates] == ["near", "far"]
+    assert ranked.candidates[0].parts["headroom"] == ranked.candidates[1].parts["headroom"] == 1.0
+
+
+def test_capacity_decides_when_the_near_cluster_is_short() -> None:
+    req = SelectionRequest(model=MODEL, client_region="eu")
+    far = cluster("far", region="us", headroom=110, ttft_ms=6)
+    full = _regional().rank([far, cluster("near", region="eu", headroom=0, ttft_ms=15)], req)
+    assert [c.cluster_id for c in full.candidates] == ["far", "near"]  # no room: the far one serves
+    # short of ampleHeadroom (4), the near cluster's headroom score drops in proportion
+    short = _regional().rank([far, cluster("near", region="eu", headroom=1, ttft_ms=15)], req)
+    near = next(c for c in short.candidates if c.cluster_id == "near")
+    assert near.parts["headroom"] == pytest.approx(1 / 4)
+    # an operator who wants every free slot to count sets ampleHeadroom high (relative headroom)
+    roomy = _regional(ample_headroom=1000).rank(
+        [far, cluster("near", region="eu", headroom=8, ttft_ms=15)], req
+    )
+    near = next(c for c in roomy.candidates if c.cluster_id == "near")
+    assert near.parts["headroom"] == pytest.approx(8 / 110)

@@ -36,6 +36,10 @@ Headers = list[tuple[bytes, bytes]]
 
 _HIGH_WATER = 256 * 1024  # queued response bytes before reading pauses
 _LOW_WATER = 64 * 1024
+# read_ack: a timer this late (s) says the loop lagged, not the path; the extra time given back to
+# such lag is at most this multiple of the ack deadline
+ACK_LAG_TOLERANCE_S = 0.05
+ACK_LAG_ALLOWANCE = 3.0
 
 
 def _expire(fut: asyncio.Future[None], phase: str) -> None:
@@ -175,12 +179,31 @@ class Connection(asyncio.Protocol):
             self.transport.write(head)
 
     async def read_ack(self, wait_s: float) -> None:
-        """Wait until the server acknowledged the request: an interim 1xx or the final head."""
-        deadline = self.loop.time() + wait_s
+        """Wait until the server acknowledged the request: an interim 1xx or the final head.
+
+        Time this loop spent too busy to look does not count: when the deadline's timer fires late
+        (the event loop lagged, and the ack may sit unread in the socket) the deadline moves by the
+        lateness, up to `ACK_LAG_ALLOWANCE` x `wait_s` in all. Without it a router loaded enough to
+        lag seconds took every gateway for black-holed at once and ejected them (a burst of 400
+        streams through one replica on a loaded 2-core machine did)."""
+        loop = self.loop
+        deadline = loop.time() + wait_s
+        allowance = ACK_LAG_ALLOWANCE * wait_s
         while not self.acked:
             if self.error is not None:
                 raise self.error
-            await self._wait(max(0.0, deadline - self.loop.time()), "ack")
+            due = max(0.0, deadline - loop.time())
+            armed = loop.time()
+            try:
+                await self._wait(due, "ack")
+            except UpstreamTimeout:
+                if self.acked:
+                    return
+                late = loop.time() - (armed + due)
+                if late <= ACK_LAG_TOLERANCE_S or allowance <= 0:
+                    raise
+                deadline = loop.time() + min(late, allowance)
+                allowance -= late
 
     async def read_head(self, wait_s: float | None) -> None:
         while not self.head_done:

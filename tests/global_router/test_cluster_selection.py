@@ -238,7 +238,8 @@ def test_a_near_cluster_with_enough_room_beats_a_far_one_with_more() -> None:
     ]
     ranked = _regional().rank(clusters, SelectionRequest(model=MODEL, client_region="eu"))
     assert [c.cluster_id for c in ranked.candidates] == ["near", "far"]
-    assert ranked.candidates[0].parts["headroom"] == ranked.candidates[1].parts["headroom"] == 1.0
+    far, near = ranked.candidates[1], ranked.candidates[0]
+    assert far.parts["headroom"] == 1.0 and near.parts["headroom"] == pytest.approx(0.9 + 0.1 * 8 / 110)
 
 
 def test_capacity_decides_when_the_near_cluster_is_short() -> None:
@@ -249,10 +250,24 @@ def test_capacity_decides_when_the_near_cluster_is_short() -> None:
     # short of ampleHeadroom (4), the near cluster's headroom score drops in proportion
     short = _regional().rank([far, cluster("near", region="eu", headroom=1, ttft_ms=15)], req)
     near = next(c for c in short.candidates if c.cluster_id == "near")
-    assert near.parts["headroom"] == pytest.approx(1 / 4)
+    assert near.parts["headroom"] == pytest.approx(0.9 / 4 + 0.1 / 110)  # 1 of ampleHeadroom's 4
     # an operator who wants every free slot to count sets ampleHeadroom high (relative headroom)
     roomy = _regional(ample_headroom=1000).rank(
         [far, cluster("near", region="eu", headroom=8, ttft_ms=15)], req
     )
     near = next(c for c in roomy.candidates if c.cluster_id == "near")
     assert near.parts["headroom"] == pytest.approx(8 / 110)
+
+
+def test_equal_clusters_with_ample_room_share_a_burst() -> None:
+    # room past ampleHeadroom still counts a little (HeadroomScorer.SPREAD): each dispatch lowers a
+    # cluster's live headroom, so a burst alternates instead of following a hair's TTFT difference
+    tracker = DispatchTracker()
+    sel = _selector(tracker=tracker)
+    clusters = [cluster("a", headroom=5000, ttft_ms=200.0), cluster("b", headroom=5000, ttft_ms=200.1)]
+    picks: Counter[str] = Counter()
+    for _ in range(100):
+        best = sel.rank(clusters, SelectionRequest(model=MODEL)).candidates[0]
+        tracker.on_dispatch(best.cluster_id, best.cluster.seq)
+        picks[best.cluster_id] += 1
+    assert picks["a"] >= 30 and picks["b"] >= 30  # 62 / 38: the 0.1 ms is worth ~25 dispatches

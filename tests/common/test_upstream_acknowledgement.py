@@ -4,12 +4,16 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import pytest
 
 from common.upstream import UpstreamPools, UpstreamTimeout
+from tests.eventually import eventually
 
 FINAL = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 2\r\n\r\nok"
 
@@ -85,3 +89,42 @@ async def test_a_final_answer_without_an_interim_one_is_an_acknowledgement_too()
         assert resp.status == 200 and await resp.read(5.0) == b"ok"
         resp.release()
         pools.close()
+
+
+async def test_time_the_loop_was_too_busy_to_look_does_not_count_against_the_ack() -> None:
+    # This loop is hogged (a blocking sleep: the lag under test, not a synchronisation) for 3x the
+    # ack deadline; the server, on its own thread, acknowledges only once the hog is over. The
+    # deadline's timer then fires ~0.2 s late: that lateness is given back, and the ack arrives in it.
+    got_request, hog_over = threading.Event(), threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            data = b""
+            while not data.endswith(b"{}"):
+                data += conn.recv(65536)
+            got_request.set()
+            hog_over.wait(5.0)
+            conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n" + FINAL)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    pools = UpstreamPools()
+    try:
+        sent = asyncio.create_task(
+            pools.get("127.0.0.1", port).request(
+                b"POST", b"/x", [], b"{}", ack_timeout_s=0.1, head_timeout_s=5.0
+            )
+        )
+        await eventually(got_request.is_set, what="the request reached the server")
+        time.sleep(0.3)  # the hog: this loop is too busy to look while the deadline passes
+        hog_over.set()
+        resp = await sent
+        assert resp.status == 200
+        resp.release()
+    finally:
+        pools.close()
+        listener.close()
+        server.join(5.0)

@@ -71,7 +71,7 @@ async def test_interim_responses_acknowledge_and_the_final_one_is_the_answer() -
 
 
 async def test_no_acknowledgement_within_the_deadline_is_an_unanswered_timeout() -> None:
-    async with raw_server(lambda n: []) as (port, heads):  # reads the request, never answers
+    async with raw_server(lambda n: []) as (port, _heads):  # reads the request, never answers
         pools = UpstreamPools()
         with pytest.raises(UpstreamTimeout) as ei:
             await pools.get("127.0.0.1", port).request(
@@ -83,7 +83,7 @@ async def test_no_acknowledgement_within_the_deadline_is_an_unanswered_timeout()
 
 
 async def test_a_final_answer_without_an_interim_one_is_an_acknowledgement_too() -> None:
-    async with raw_server(lambda n: [FINAL]) as (port, heads):
+    async with raw_server(lambda n: [FINAL]) as (port, _heads):
         pools = UpstreamPools()
         resp = await pools.get("127.0.0.1", port).request(b"POST", b"/x", [], b"", ack_timeout_s=1.0)
         assert resp.status == 200 and await resp.read(5.0) == b"ok"
@@ -119,7 +119,7 @@ async def test_time_the_loop_was_too_busy_to_look_does_not_count_against_the_ack
             )
         )
         await eventually(got_request.is_set, what="the request reached the server")
-        time.sleep(0.3)  # the hog: this loop is too busy to look while the deadline passes
+        time.sleep(0.3)  # noqa: ASYNC251  (the hog under test: this loop too busy to look)
         hog_over.set()
         resp = await sent
         assert resp.status == 200

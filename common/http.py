@@ -69,9 +69,9 @@ HOP_BY_HOP = frozenset(
         "proxy-authorization",
         # Not connection-specific in the RFC, but its only defined expectation, `100-continue`, is a
         # per-hop handshake: the server in front of us already answered it (uvicorn sends the 100
-        # when the body is read), both tiers read the whole body before they forward, and the
-        # upstream client does not expect a 1xx interim response, so the next hop must not be asked
-        # for one.
+        # when the body is read), and both tiers read the whole body before they forward, so the
+        # next hop must not be asked for one on the client's behalf (the router asks its own hop:
+        # `ack_timeout_s` in common/upstream/pool.py).
         "expect",
     }
 )

@@ -4,6 +4,8 @@ Retries multiply load exactly when a cluster is struggling, so they are budgeted
 window, retries may not exceed `retryBudgetRatio` x requests plus a small floor (`minRetries`) so a
 quiet router can still fail over. A cluster failing `ejectAfterFailures` times in a row is ejected
 for `ejectBaseS`, doubling on each consecutive ejection up to `ejectMaxS`; one success clears it.
+A request the cluster never acknowledged (`ackTimeoutS`: its data path is black-holed, whatever its
+reports say) ejects it at once: each further request sent there would wait out the same deadline.
 Both are per replica: they react to what this replica sees, within milliseconds, without Redis.
 """
 
@@ -36,14 +38,14 @@ class ClusterHealth:
         self._by_cluster: dict[str, _Health] = {}
         self.on_eject: Callable[[str, float], None] | None = None  # metrics hook: (cluster, seconds)
 
-    def record_failure(self, cluster_id: str) -> bool:
-        """Count a failure; returns True if this one ejected the cluster."""
+    def record_failure(self, cluster_id: str, *, eject: bool = False) -> bool:
+        """Count a failure (`eject`: one that ejects at once); True if this one ejected the cluster."""
         h = self._by_cluster.setdefault(cluster_id, _Health())
         now = self._clock()
         if h.ejected_until > now:
             return False  # already out; traffic that still reached it (fail-open) doesn't extend it
         h.failures += 1
-        if h.failures < self._cfg.eject_after_failures:
+        if h.failures < self._cfg.eject_after_failures and not eject:
             return False
         duration = min(self._cfg.eject_max_s, self._cfg.eject_base_s * (2**h.ejections))
         h.ejections += 1

@@ -6,6 +6,18 @@ a reset, a 5xx, a 429, a 401/403/404 (see `cluster_failure`) moves the request t
 cluster, within `maxAttempts` and the retry budget, so an admitted request survives a cluster dying
 under it. Once bytes have reached the client a broken stream is ended with an SSE error event and
 `[DONE]` — never silently truncated.
+
+Two deadlines bound the wait before the first byte. `ackTimeoutS` (seconds): the gateway must
+acknowledge the request — its HTTP server answers the `expect: 100-continue` the router sends with an
+interim 100 as soon as the gateway starts reading the request, or answers outright — else the path is
+taken for black-holed (connections accepted, nothing comes back: reports travel another path and can
+look healthy), the cluster is ejected at once and the request moves on; retrying is safe, since no
+byte reached the client. `firstByteTimeoutS` (minutes) then bounds the answer itself, since a long
+prompt's prefill or the gateway's own queue and pod retries legitimately take long. Why an interim
+100 and not the response head sent early: a head commits the status before the gateway knows it,
+which would turn its pod retries' 503 (the router fails over) into a 200 carrying an error, and a
+non-streaming answer's status into a guess; a 1xx commits nothing and costs no round trip, as the
+body goes out with the head (docs/global-router-resilience.md).
 """
 
 from __future__ import annotations
@@ -22,7 +34,7 @@ from common.config.router import Failover
 from common.errors import OpenAIError, error_body
 from common.http import HOP_BY_HOP
 from common.telemetry import data_path_span
-from common.upstream import Response, UpstreamError, UpstreamPools
+from common.upstream import Response, UpstreamError, UpstreamPools, UpstreamTimeout
 from global_router.cluster_failure import counts_as_cluster_failure, retry_elsewhere
 from global_router.dispatch_tracker import DispatchTracker
 from global_router.failover import ClusterHealth, RetryBudget
@@ -193,6 +205,7 @@ class Forwarder:
                         [(k.encode("latin-1"), v.encode("latin-1")) for k, v in sent.items()],
                         req.body,
                         head_timeout_s=cfg.first_byte_timeout_s,
+                        ack_timeout_s=cfg.ack_timeout_s or None,
                     )
                     deadline = started + cfg.first_byte_timeout_s
                     status = resp.status
@@ -232,7 +245,8 @@ class Forwarder:
                     handed_over = True
                     return delivery
                 except UpstreamError as exc:
-                    self._fail(cid)
+                    # unacknowledged: the data path is black-holed, eject now (failover.py)
+                    self._fail(cid, eject=isinstance(exc, UpstreamTimeout) and exc.phase == "ack")
                     span.record_exception(exc)
                     raise _Retryable(f"{exc.kind}: {exc}") from None
         finally:
@@ -242,8 +256,8 @@ class Forwarder:
                 self._tracker.on_done(cid)
                 self._metrics.inflight.labels(cid).dec()
 
-    def _fail(self, cid: str) -> None:
-        if self._health.record_failure(cid):
+    def _fail(self, cid: str, *, eject: bool = False) -> None:
+        if self._health.record_failure(cid, eject=eject):
             self._metrics.ejections.labels(cid).inc()
 
     async def stream(self, d: Delivery, prompt_tokens: int) -> AsyncGenerator[bytes, None]:

@@ -6,7 +6,10 @@ is certain). Static stability: a report older than `staleAfterS` does not take i
 rotation — agents fall silent for reasons that leave the data plane intact (a busy machine, a
 partition between agents and router, a restarted replica) — nor behind every fresh cluster: its
 figures are aged toward caution (`staleness.py`: headroom x staleAfterS / age, a bounded TTFT
-penalty). Only request failures (ejection) or silence beyond `forgetAfterS` remove it. Scorers (each 0..1, registry below) are weighted per traffic class. Ranking is by tier
+penalty). Only request failures (ejection) or silence beyond `forgetAfterS` remove it. Scorers
+(each 0..1, registry below) are weighted per traffic class; headroom counts mostly up to
+`selection.ampleHeadroom` requests (`HeadroomScorer`), so a near cluster with enough room beats a far
+one with more, and capacity decides where the near one is short. Ranking is by tier
 first — interactive traffic puts clusters predicted over its TTFT target last, and every class puts
 clusters without room after those with room (so `batch`, weighted to cost, gets the cheapest cluster
 that has room) — then by weighted score. Headroom is the reported one minus what this replica has sent
@@ -31,7 +34,7 @@ from dataclasses import dataclass, field
 from common.config.router import Selection, TrafficClassPolicy
 from common.errors import OpenAIError, not_found_model, unavailable
 from global_router.candidate_index import ModelCandidates
-from global_router.cluster_scorers import build_scorers, register_function
+from global_router.cluster_scorers import CLUSTER_SCORERS, build_scorers, register_function
 from global_router.dispatch_tracker import DispatchTracker
 from global_router.fleet_view import ClusterState, ModelCapacity
 from global_router.shortlist import shortlist
@@ -77,9 +80,34 @@ class Ranking:
     policy: TrafficClassPolicy
 
 
-def _headroom(cands: list[Candidate]) -> list[float]:
-    top = max(max(c.headroom for c in cands), 1)
-    return [min(1.0, max(0.0, c.headroom / top)) for c in cands]
+class HeadroomScorer:
+    """Room to take the request: mostly (1 - SPREAD) room up to `ample` requests, plus a SPREAD
+    share of room relative to the roomiest candidate.
+
+    Uncapped, a cluster that has served (its agent measured small requests: 110 slots) dwarfed idle
+    ones still on their priors (8), and won every client region on headroom alone. Room beyond what
+    the request (and the burst until the next report) needs does not make a cluster much better for
+    it: at `ample` or more the capped part is whole, so region latency and TTFT decide; below it the
+    shorter cluster loses in proportion, so capacity decides where a cluster is short. The small
+    relative share keeps a burst spreading over otherwise equal clusters (each dispatch lowers a
+    cluster's live headroom): without it any hair's difference elsewhere (a report a few ms older)
+    sent a whole burst of 400 streams to one of two clusters with 5,000 free slots each. At its
+    default weight (2 of 7) it moves a score by at most 0.2 / 7, less than any cross-region gap."""
+
+    SPREAD = 0.1
+
+    def __init__(self, ample: int) -> None:
+        self.ample = max(1, ample)
+
+    def score(self, cands: list[Candidate]) -> list[float]:
+        top = max(max(c.headroom for c in cands), 1)
+        capped_top = min(top, self.ample)
+        out = []
+        for c in cands:
+            room = max(0, c.headroom)
+            capped = min(1.0, room / capped_top)
+            out.append((1.0 - self.SPREAD) * capped + self.SPREAD * min(1.0, room / top))
+        return out
 
 
 def _queue(cands: list[Candidate]) -> list[float]:
@@ -113,8 +141,8 @@ def _price_per_token(cands: list[Candidate]) -> None:
 
 
 # Built-in cluster scorer plugins (`cluster_scorers.py`); name = the `SelectionWeights` field weighing it.
+CLUSTER_SCORERS.register("headroom", lambda name, params, sel: HeadroomScorer(sel.ample_headroom))
 for _name, _fn in (
-    ("headroom", _headroom),
     ("queue", _queue),
     ("ttft", _ttft),
     ("region", _region),

@@ -157,6 +157,10 @@ class Selection(_Base, kw_only=True):
     # live headroom, by cost, by TTFT estimate and by headroom in the client's region, plus a few at
     # random (docs/scale.md); 0 = always score every cluster
     max_scored: Annotated[int, Meta(ge=0, le=10_000)] = 10
+    # requests of headroom that are "enough": clusters with at least this much room score the same on
+    # headroom, so region latency and TTFT decide between them, and more room only wins when a cluster
+    # is short (global_router/selection.py)
+    ample_headroom: Annotated[int, Meta(ge=1, le=100_000)] = 4
 
 
 class Failover(_Base, kw_only=True):
@@ -168,6 +172,12 @@ class Failover(_Base, kw_only=True):
     min_retries: Annotated[int, Meta(ge=0)] = 5  # retries always allowed per window, however quiet
     retry_window_s: PositiveFloat = 10.0
     connect_timeout_s: PositiveFloat = 2.0
+    # from sending a request until the gateway acknowledges it (its interim 100 Continue, or any
+    # response head): a path that accepts connections but answers nothing (black-holed while the
+    # cluster's reports still arrive) fails over after this and ejects the cluster, instead of after
+    # firstByteTimeoutS; above the longest round trip to a gateway. 0 = no ack deadline
+    # (docs/global-router-resilience.md)
+    ack_timeout_s: NonNegFloat = 3.0
     # until the gateway's first body chunk: longer than a gateway's own queue wait plus its pod
     # retries (10 s + 3 x 60 s by default), so the gateway, which can retry safely, decides first
     first_byte_timeout_s: PositiveFloat = 200.0

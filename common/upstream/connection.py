@@ -9,6 +9,11 @@ A connection carries one request at a time. Response bytes are queued as they ar
 by `Response.next_chunk()` — all pending bytes at once, so a slow consumer makes fewer, larger sends.
 Reading pauses when too much is queued (back-pressure to the pod instead of unbounded memory).
 Every wait has a deadline set with `loop.call_later` (cheaper than `asyncio.wait_for`).
+
+Interim (1xx) responses are an acknowledgement, not the answer: `acked` turns True and the parser
+waits on for the final response. A request sent with `expect: 100-continue` (the router's ack
+deadline, `HostPool.request(ack_timeout_s=...)`) learns within a round trip that the server has it,
+long before a slow answer's head arrives.
 """
 
 from __future__ import annotations
@@ -31,6 +36,10 @@ Headers = list[tuple[bytes, bytes]]
 
 _HIGH_WATER = 256 * 1024  # queued response bytes before reading pauses
 _LOW_WATER = 64 * 1024
+# read_ack: a timer this late (s) says the loop lagged, not the path; the extra time given back to
+# such lag is at most this multiple of the ack deadline
+ACK_LAG_TOLERANCE_S = 0.05
+ACK_LAG_ALLOWANCE = 3.0
 
 
 def _expire(fut: asyncio.Future[None], phase: str) -> None:
@@ -59,6 +68,8 @@ class Connection(asyncio.Protocol):
         self.complete = False
         self.keep_alive = True
         self.got_bytes = False  # any byte of this response arrived
+        self.acked = False  # an interim 1xx (e.g. 100 Continue) or the final head arrived
+        self._interim = False  # parsing a 1xx: its end is not the response's
         self.error: Exception | None = None
         self._chunks: deque[bytes] = deque()
         self._queued = 0
@@ -106,7 +117,14 @@ class Connection(asyncio.Protocol):
         self.headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
-        self.status = self._parser.get_status_code()
+        status = self._parser.get_status_code()
+        self.acked = True
+        if 100 <= status < 200 and status != 101:  # interim: the final response follows
+            self._interim = True
+            self.headers = []
+            self._wake()
+            return
+        self.status = status
         self.keep_alive = bool(self._parser.should_keep_alive())
         self.head_done = True
         self._wake()
@@ -120,6 +138,9 @@ class Connection(asyncio.Protocol):
         self._wake()
 
     def on_message_complete(self) -> None:
+        if self._interim:
+            self._interim = False
+            return
         self.complete = True
         self._wake()
 
@@ -156,6 +177,33 @@ class Connection(asyncio.Protocol):
             self.transport.writelines((head, body))
         else:
             self.transport.write(head)
+
+    async def read_ack(self, wait_s: float) -> None:
+        """Wait until the server acknowledged the request: an interim 1xx or the final head.
+
+        Time this loop spent too busy to look does not count: when the deadline's timer fires late
+        (the event loop lagged, and the ack may sit unread in the socket) the deadline moves by the
+        lateness, up to `ACK_LAG_ALLOWANCE` x `wait_s` in all. Without it a router loaded enough to
+        lag seconds took every gateway for black-holed at once and ejected them (a burst of 400
+        streams through one replica on a loaded 2-core machine did)."""
+        loop = self.loop
+        deadline = loop.time() + wait_s
+        allowance = ACK_LAG_ALLOWANCE * wait_s
+        while not self.acked:
+            if self.error is not None:
+                raise self.error
+            due = max(0.0, deadline - loop.time())
+            armed = loop.time()
+            try:
+                await self._wait(due, "ack")
+            except UpstreamTimeout:
+                if self.acked:
+                    return
+                late = loop.time() - (armed + due)
+                if late <= ACK_LAG_TOLERANCE_S or allowance <= 0:
+                    raise
+                deadline = loop.time() + min(late, allowance)
+                allowance -= late
 
     async def read_head(self, wait_s: float | None) -> None:
         while not self.head_done:

@@ -43,13 +43,15 @@ class UpstreamClosed(UpstreamError):
 
 
 class UpstreamTimeout(UpstreamError):
-    """No byte within the deadline. `phase` is "first_byte" (waiting for the response head or the
+    """No byte within the deadline. `phase` is "ack" (the server did not acknowledge the request:
+    no interim 100 Continue nor a response head), "first_byte" (waiting for the response head or the
     first body chunk: nothing reached the client) or "idle" (a gap between chunks)."""
 
     kind = "timeout"
 
     def __init__(self, phase: str) -> None:
-        super().__init__(phase != "first_byte", f"upstream timed out ({phase.replace('_', ' ')})")
+        what = "no acknowledgement" if phase == "ack" else phase.replace("_", " ")
+        super().__init__(phase not in ("ack", "first_byte"), f"upstream timed out ({what})")
         self.phase = phase
 
 

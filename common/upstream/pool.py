@@ -81,17 +81,27 @@ class HostPool:
         body: bytes = b"",
         *,
         head_timeout_s: float | None = None,
+        ack_timeout_s: float | None = None,
     ) -> Response:
         """Send a request; return once the response head arrived. Raises `UpstreamError`s.
 
         `headers` must not include `host` or `content-length` (this pool writes both).
+        `ack_timeout_s`: the request carries `expect: 100-continue` (its body still goes out at once,
+        as RFC 9110 §10.1.1 allows, so no round trip is added) and the server must acknowledge it —
+        an interim 100, or the final head — within this long after it was sent, else
+        `UpstreamTimeout("ack")`: a path that accepts connections but answers nothing is found in
+        seconds, while `head_timeout_s` still gives a slow answer all the time it needs.
         """
+        if ack_timeout_s is not None:
+            headers = [*headers, (b"expect", b"100-continue")]
         head = self.build_head(method, target, headers, len(body))
         for attempt in (0, 1):
             conn = await self._take()
             reused = conn.requests > 0
             try:
                 conn.send(head, body)
+                if ack_timeout_s is not None:
+                    await conn.read_ack(ack_timeout_s)
                 await conn.read_head(head_timeout_s)
             except UpstreamClosed as exc:
                 conn.abort()

@@ -222,3 +222,52 @@ def test_adapter_resident_cluster_beats_one_that_must_load_it() -> None:
     ranked = _selector().rank([a, b], SelectionRequest(model="sql-lora"))
     assert [c.cluster_id for c in ranked.candidates] == ["resident", "loads"]
     assert ranked.candidates[1].predicted_ttft_ms - ranked.candidates[0].predicted_ttft_ms == 150.0
+
+
+def _regional(**sel: object) -> ClusterSelector:
+    matrix = {"eu": {"eu": 0.0, "us": 80.0}}
+    return _selector(Selection(region_latency_ms=matrix, **sel))  # type: ignore[arg-type]
+
+
+def test_a_near_cluster_with_enough_room_beats_a_far_one_with_more() -> None:
+    # the far cluster has served (its agent measured small requests: 110 slots), the near one is idle
+    # on its priors (8): more room than the request needs does not outweigh 80 ms of WAN
+    clusters = [
+        cluster("far", region="us", headroom=110, ttft_ms=6),
+        cluster("near", region="eu", headroom=8, ttft_ms=15),
+    ]
+    ranked = _regional().rank(clusters, SelectionRequest(model=MODEL, client_region="eu"))
+    assert [c.cluster_id for c in ranked.candidates] == ["near", "far"]
+    far, near = ranked.candidates[1], ranked.candidates[0]
+    assert far.parts["headroom"] == 1.0 and near.parts["headroom"] == pytest.approx(0.9 + 0.1 * 8 / 110)
+
+
+def test_capacity_decides_when_the_near_cluster_is_short() -> None:
+    req = SelectionRequest(model=MODEL, client_region="eu")
+    far = cluster("far", region="us", headroom=110, ttft_ms=6)
+    full = _regional().rank([far, cluster("near", region="eu", headroom=0, ttft_ms=15)], req)
+    assert [c.cluster_id for c in full.candidates] == ["far", "near"]  # no room: the far one serves
+    # short of ampleHeadroom (4), the near cluster's headroom score drops in proportion
+    short = _regional().rank([far, cluster("near", region="eu", headroom=1, ttft_ms=15)], req)
+    near = next(c for c in short.candidates if c.cluster_id == "near")
+    assert near.parts["headroom"] == pytest.approx(0.9 / 4 + 0.1 / 110)  # 1 of ampleHeadroom's 4
+    # an operator who wants every free slot to count sets ampleHeadroom high (relative headroom)
+    roomy = _regional(ample_headroom=1000).rank(
+        [far, cluster("near", region="eu", headroom=8, ttft_ms=15)], req
+    )
+    near = next(c for c in roomy.candidates if c.cluster_id == "near")
+    assert near.parts["headroom"] == pytest.approx(8 / 110)
+
+
+def test_equal_clusters_with_ample_room_share_a_burst() -> None:
+    # room past ampleHeadroom still counts a little (HeadroomScorer.SPREAD): each dispatch lowers a
+    # cluster's live headroom, so a burst alternates instead of following a hair's TTFT difference
+    tracker = DispatchTracker()
+    sel = _selector(tracker=tracker)
+    clusters = [cluster("a", headroom=5000, ttft_ms=200.0), cluster("b", headroom=5000, ttft_ms=200.1)]
+    picks: Counter[str] = Counter()
+    for _ in range(100):
+        best = sel.rank(clusters, SelectionRequest(model=MODEL)).candidates[0]
+        tracker.on_dispatch(best.cluster_id, best.cluster.seq)
+        picks[best.cluster_id] += 1
+    assert picks["a"] >= 30 and picks["b"] >= 30  # 62 / 38: the 0.1 ms is worth ~25 dispatches

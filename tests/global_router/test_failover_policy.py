@@ -63,3 +63,17 @@ def test_success_resets_failures_and_backoff() -> None:
     health.record_failure("a")
     assert health.record_failure("a")
     assert health.ejected()["a"] <= 1.0  # back to the base duration
+
+
+def test_an_unacknowledged_request_ejects_at_once_and_backs_off_like_any_ejection() -> None:
+    clock = Clock()
+    health = ClusterHealth(Failover(eject_after_failures=3, eject_base_s=1.0, eject_max_s=4.0), clock=clock)
+    assert health.record_failure("a", eject=True)  # the first one: its data path is black-holed
+    assert health.is_ejected("a")
+    assert not health.record_failure("a", eject=True)  # already out: not extended
+    clock.t += 1.01
+    assert not health.is_ejected("a")
+    assert health.record_failure("a", eject=True)  # still black-holed when tried again: 2 s now
+    assert health.snapshot("a")["ejected_for_s"] == 2.0
+    health.record_success("a")
+    assert not health.is_ejected("a")

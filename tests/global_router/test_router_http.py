@@ -87,9 +87,9 @@ async def test_bad_requests_get_openai_errors() -> None:
 
 async def test_failover_on_5xx_and_refused_then_ejection() -> None:
     async with harness(["bad", "good"]) as h:
-        await h.publish("bad", headroom=50)  # ranked first
-        await h.publish("good", headroom=5)
-        await h.publish("dead", headroom=40, url="http://127.0.0.1:1")  # connection refused
+        await h.publish("bad", headroom=50)  # ranked first (on TTFT: room past ampleHeadroom counts alike)
+        await h.publish("good", headroom=5, ttft_ms=600)
+        await h.publish("dead", headroom=40, ttft_ms=400, url="http://127.0.0.1:1")  # connection refused
         h.gateways["bad"].mode = "error500"
         for _ in range(3):
             r = await h.client.post("/v1/chat/completions", json=CHAT, headers=h.headers())
@@ -166,7 +166,7 @@ async def test_models_fleet_status_and_health() -> None:
 async def test_admin_drain_needs_the_admin_key_and_stops_new_work() -> None:
     async with harness(["a", "b"]) as h:
         await h.publish("a", headroom=50)
-        await h.publish("b", headroom=5)
+        await h.publish("b", headroom=5, ttft_ms=600)
         r = await h.client.post("/admin/clusters/a/drain", headers=h.headers())
         assert r.status_code == 401
         r = await h.client.post("/admin/clusters/a/drain", headers=h.headers(ADMIN_KEY))
@@ -212,7 +212,7 @@ async def test_tokens_reconciled_with_real_usage() -> None:
 async def test_gateway_404_from_stale_catalogue_fails_over_and_counts() -> None:
     async with harness(["stale", "fresh"]) as h:
         await h.publish("stale", headroom=50)
-        await h.publish("fresh", headroom=5)
+        await h.publish("fresh", headroom=5, ttft_ms=600)
         h.gateways["stale"].mode = "error404"
         r = await h.client.post("/v1/chat/completions", json=CHAT, headers=h.headers())
         assert r.status_code == 200 and r.headers["x-fleetgate-cluster"] == "fresh"
@@ -223,7 +223,7 @@ async def test_gateway_401_and_403_are_cluster_failures_that_eject() -> None:
     for status in (401, 403):
         async with harness(["broken", "ok"]) as h:
             await h.publish("broken", headroom=50)
-            await h.publish("ok", headroom=5)
+            await h.publish("ok", headroom=5, ttft_ms=600)
             h.gateways["broken"].mode = f"error{status}"
             for _ in range(2):  # ejectAfterFailures: 2
                 r = await h.client.post("/v1/chat/completions", json=CHAT, headers=h.headers())
@@ -235,7 +235,7 @@ async def test_client_errors_from_the_model_server_are_not_cluster_failures() ->
     for status in (400, 422):
         async with harness(["a", "b"]) as h:
             await h.publish("a", headroom=50)
-            await h.publish("b", headroom=5)
+            await h.publish("b", headroom=5, ttft_ms=600)
             h.gateways["a"].mode = f"error{status}"
             for _ in range(3):
                 r = await h.client.post("/v1/chat/completions", json=CHAT, headers=h.headers())

@@ -79,7 +79,7 @@ def test_small_fleets_rank_the_same_with_and_without_the_index() -> None:
 
 def test_a_widely_served_model_scores_a_short_list_that_holds_the_best_cluster() -> None:
     states = _many()
-    states[137] = cluster("best", region="us", headroom=500, ttft_ms=150, cost=2.0)
+    states[137] = cluster("best", region="eu", headroom=500, ttft_ms=150, cost=2.0)  # 137 % 3: "ap"
     view = _fleet(states)
     sel = _selector()
     req = SelectionRequest(model=MODEL, client_region="eu")

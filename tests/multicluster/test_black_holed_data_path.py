@@ -17,13 +17,6 @@ pytestmark = [pytest.mark.netns, pytest.mark.timeout(180), pytest.mark.topology(
 ANSWER_WITHIN_S = 10.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="found by this test bed: the router has no first-byte deadline, so a black-holed path to a "
-    "cluster whose reports still arrive holds requests for failover.readTimeoutS (600 s) "
-    "(a Tier-2 timeout: issue 11's 'timeouts' or issue 13)",
-)
 async def test_black_holed_data_path_fails_over_in_bounded_time(bed: Testbed) -> None:
     bed.partition("gw:euw1", "full")
     bed.link("reset", "gw:euw1")  # pooled connections die with the path, as their packets would

@@ -19,13 +19,6 @@ HOME = {"us-east": "use1", "eu-west": "euw1", "ap-south": "aps1"}
 N = 12  # sequential requests per client region
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="found by this test bed (router selection / agent estimates, not issue 13): once a cluster "
-    "has served, its measured headroom and tokens/s dwarf the idle clusters' configured priors "
-    "(110 vs 8 requests, 12.7k vs 189 tok/s), so it wins every client region",
-)
 async def test_interactive_traffic_goes_to_the_clients_region(bed: Testbed) -> None:
     ms: dict[str, list[float]] = {}
     async with bed.client(bed.ingress()) as client:

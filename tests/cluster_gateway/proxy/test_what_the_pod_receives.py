@@ -18,6 +18,7 @@ from common.config.loader import load_config_data
 from common.http import Receive, Scope, Send
 from common.telemetry import setup_tracing, spans_exported
 from tests.asgi_fakes import read_request_body
+from tests.eventually import eventually
 
 MODEL = "m-1"
 METRICS = (
@@ -30,6 +31,7 @@ METRICS = (
 class CapturingPod:
     def __init__(self) -> None:
         self.requests: list[tuple[str, dict[str, str], bytes]] = []
+        self.hold: asyncio.Event | None = None  # set: completions wait for it before answering
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -46,6 +48,8 @@ class CapturingPod:
         else:
             headers = {k.decode(): v.decode() for k, v in scope["headers"]}
             self.requests.append((path, headers, body))
+            if self.hold is not None:
+                await self.hold.wait()
             out, ctype = b'{"id":"x","object":"chat.completion","choices":[]}', b"application/json"
         await send(
             {
@@ -150,3 +154,30 @@ async def test_the_request_id_reaches_the_pod_comes_back_and_is_in_the_access_lo
         assert r.headers["content-type"] == "application/json"
         r = await c.get("/nope", headers={"x-request-id": "err-2"})
         assert r.status_code == 404 and r.headers["x-request-id"] == "err-2"
+
+
+async def test_the_gateway_acknowledges_a_request_before_the_pod_answers(
+    pod_and_gateway: tuple[CapturingPod, ClusterGateway],
+) -> None:
+    """The router's ack deadline (failover.ackTimeoutS) relies on this: `expect: 100-continue` is
+    answered with an interim 100 as soon as the gateway reads the request, however long the pod
+    takes to its first token, and the expectation is not passed on to the pod."""
+    pod, gw = pod_and_gateway
+    pod.hold = asyncio.Event()
+    body = b'{"model": "m-1", "messages": [{"role": "user", "content": "hi"}]}'
+    host, port = gw.url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
+            b"expect: 100-continue\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
+        interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5.0)
+        assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+        await eventually(lambda: pod.requests, what="the pod got the request")
+        assert "expect" not in pod.requests[-1][1]
+        pod.hold.set()  # only now does the pod answer
+        final = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5.0)
+        assert final.startswith(b"HTTP/1.1 200 ")
+    finally:
+        writer.close()

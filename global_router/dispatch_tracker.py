@@ -36,6 +36,13 @@ class DispatchTracker:
             return 0
         return c.since_report
 
+    def pending(self, cluster_id: str, seq: int) -> tuple[int, int]:
+        """(`dispatched_since`, `inflight`) in one lookup: selection asks both per cluster."""
+        c = self._by_cluster.get(cluster_id)
+        if c is None:
+            return 0, 0
+        return (c.since_report if c.seq == seq else 0), c.inflight
+
     def on_dispatch(self, cluster_id: str, seq: int) -> None:
         c = self._get(cluster_id)
         if c.seq != seq:

@@ -229,11 +229,18 @@ class ClusterSelector:
         return 0.0 if client_region == cluster_region else self._sel.cross_region_latency_ms
 
     def _candidate(
-        self, cluster: ClusterState, cap: ModelCapacity, req: SelectionRequest, now: float
+        self,
+        cluster: ClusterState,
+        cap: ModelCapacity,
+        req: SelectionRequest,
+        now: float,
+        room: dict[int, int],
     ) -> Candidate:
         age = cluster.age(now)
         stale = self._aging.is_stale(age)
-        headroom = self._headroom_of(cluster, cap, now)  # aged when stale
+        headroom = room.get(id(cap))  # the short list's walk computed it already, mostly
+        if headroom is None:
+            headroom = self._headroom_of(cluster, cap, now)  # aged when stale
         overflow = max(0, -headroom)
         # Each request beyond the reported headroom waits roughly one prefill turn per pod.
         per_request_ms = max(cap.est_ttft_ms, 50.0) / max(1, cap.ready_pods)
@@ -264,7 +271,8 @@ class ClusterSelector:
         `candidates`: the fleet view's index entry for the model (`FleetView.candidates`), which
         spares the scan of every cluster and, past `selection.maxScored`, scores a short list."""
         now = self._clock()
-        serving = self._serving(clusters, req, now, ejected, candidates)
+        room: dict[int, int] = {}  # live headroom by id(capacity), computed once per decision
+        serving = self._serving(clusters, req, now, ejected, candidates, room)
         if not serving:
             if not any(self.is_known(c, now) for c in clusters) or now < self.warm_until:
                 raise OpenAIError(
@@ -284,7 +292,7 @@ class ClusterSelector:
                 code="no_healthy_cluster",
             )
         healthy = [(c, cap) for c, cap in usable if c.cluster_id not in ejected]
-        cands = [self._candidate(c, cap, req, now) for c, cap in (healthy or usable)]
+        cands = [self._candidate(c, cap, req, now, room) for c, cap in (healthy or usable)]
         _price_per_token(cands)
         policy = self.policy(req.traffic_class)
         saturated = not any(c.has_room for c in cands)
@@ -313,6 +321,7 @@ class ClusterSelector:
         now: float,
         ejected: Collection[str],
         index: ModelCandidates | None,
+        room: dict[int, int],
     ) -> list[tuple[ClusterState, ModelCapacity]]:
         """(cluster, capacity) of the known clusters serving the model: from the index when given
         (a short list when many serve it), else by a pass over the fleet."""
@@ -329,7 +338,7 @@ class ClusterSelector:
                 req.client_region,
                 per_order,
                 self._usable(now),
-                self._live_room(now),
+                self._live_room(now, room),
                 ejected,
                 self._rng,
             )
@@ -345,20 +354,21 @@ class ClusterSelector:
 
         return usable
 
-    def _live_room(self, now: float) -> Callable[[ClusterState, ModelCapacity], int]:
+    def _live_room(self, now: float, room: dict[int, int]) -> Callable[[ClusterState, ModelCapacity], int]:
+        """Live headroom for the short list, remembered in `room` for scoring the same decision."""
+
         def live(c: ClusterState, cap: ModelCapacity) -> int:
-            return self._headroom_of(c, cap, now)
+            r = room[id(cap)] = self._headroom_of(c, cap, now)
+            return r
 
         return live
 
     def _headroom_of(self, cluster: ClusterState, cap: ModelCapacity, now: float) -> int:
         """Reported headroom (aged when the report is stale: `staleness.py`) minus this replica's
         dispatches since; used by scoring and by the short list alike."""
+        since, inflight = self._tracker.pending(cluster.cluster_id, cluster.seq)
         return self._aging.headroom(
-            cap.headroom_requests,
-            cluster.age(now),
-            dispatched_since=self._tracker.dispatched_since(cluster.cluster_id, cluster.seq),
-            inflight=self._tracker.inflight(cluster.cluster_id),
+            cap.headroom_requests, now - cluster.received_at, dispatched_since=since, inflight=inflight
         )
 
     def _score(self, cands: list[Candidate], policy: TrafficClassPolicy) -> None:

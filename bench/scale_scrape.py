@@ -33,8 +33,9 @@ import multiprocessing
 import socket
 import statistics
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from bench import report
 from bench.procstat import process_cpu_clock
@@ -43,13 +44,20 @@ from cluster_gateway.metrics.engines import fetch_names, read_pod_sample
 from cluster_gateway.metrics.filtered import FILTERED_BASE
 from cluster_gateway.metrics.scraper import Scraper
 from cluster_gateway.pool import Endpoint, EndpointPool
+from common import runloop
 from common.config.gateway import Scrape
 from common.gc_policy import GcPolicy
-from common.runloop import run as run_loop
+
+T = TypeVar("T")
 
 __all__ = ["Row", "main", "rows", "table"]
 
 INTERVAL_MS = 100
+
+
+def run_loop(main: Coroutine[Any, Any, T]) -> T:
+    """The servers' loop without their GC policy: each measurement here sets its own (before/now)."""
+    return runloop.run(main, gc_policy=False)
 
 
 @dataclass(frozen=True)

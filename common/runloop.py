@@ -33,8 +33,9 @@ async def _with_gc_policy(main: Coroutine[Any, Any, T]) -> T:
             await policy
 
 
-def run(main: Coroutine[Any, Any, T]) -> T:
-    wrapped = _with_gc_policy(main)
+def run(main: Coroutine[Any, Any, T], *, gc_policy: bool = True) -> T:
+    """`gc_policy` False: the caller manages the collector itself (a bench comparing settings)."""
+    wrapped = _with_gc_policy(main) if gc_policy else main
     if os.environ.get("FLEETGATE_UVLOOP", "1") != "0":
         try:
             import uvloop

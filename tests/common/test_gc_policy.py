@@ -8,7 +8,7 @@ import gc
 
 import pytest
 
-from common.gc_policy import GcPolicy
+from common.gc_policy import GEN0, GcPolicy
 from tests.eventually import eventually
 
 
@@ -65,3 +65,20 @@ async def test_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert gc.get_threshold() == before
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
+
+
+def test_every_server_loop_runs_the_policy_unless_told_not_to() -> None:
+    """`common.runloop.run` starts the policy beside the server's main coroutine (gateway, workers,
+    router); a caller that compares collector settings itself passes `gc_policy=False`."""
+    from common import runloop
+
+    before = gc.get_threshold()
+
+    async def threshold_inside() -> tuple[int, int, int]:
+        await asyncio.sleep(0)  # the policy task has started
+        return gc.get_threshold()
+
+    assert runloop.run(threshold_inside(), gc_policy=False) == before
+    inside = runloop.run(threshold_inside())
+    assert inside[0] == max(before[0], GEN0)
+    assert gc.get_threshold() == before  # restored when the server's loop ends

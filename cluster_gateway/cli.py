@@ -35,6 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="enable the Envoy ext_proc endpoint picker on this port (overrides `extProc.port`)",
     )
+    parser.add_argument(
+        "--extauthz",
+        action="store_true",
+        help="also serve Envoy's ext_authz HTTP check (the faster picker, docs/envoy-picker.md) on the "
+        "HTTP port; its access-log service shares the ext_proc port",
+    )
     parser.add_argument("--host", help="bind address (overrides `host`)")
     parser.add_argument(
         "--workers",
@@ -86,6 +92,8 @@ def build_spec(args: argparse.Namespace) -> GatewaySpec:
     if args.extproc_port is not None:
         spec.ext_proc.enabled = True
         spec.ext_proc.port = args.extproc_port
+    if getattr(args, "extauthz", False):
+        spec.ext_authz.enabled = True
     for name, value in (("--port", args.port), ("--extproc-port", args.extproc_port)):
         if value is not None and not 0 <= value <= 65535:
             raise ConfigError(f"{name}: {value} is not a TCP port (0-65535)")

@@ -7,10 +7,15 @@ The gateway process owns one (next to discovery, scraper and agent), and each ex
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import socket
 
 from cluster_gateway.auth import build_authenticator
+from cluster_gateway.extauthz.check import PickCheck
+from cluster_gateway.extauthz.ledger import PickLedger
+from cluster_gateway.extauthz.release import ReleaseRouter
 from cluster_gateway.extproc.server import ExtProcServer, PickerService
 from cluster_gateway.extproc.tls import server_credentials
 from cluster_gateway.observability import GatewayMetrics
@@ -57,6 +62,21 @@ class DataPlane:
         self.forwarder = Forwarder(pool, self.dispatcher, metrics, spec.proxy, outliers=self.outliers)
         # every serving process checks the router's credential (a missing secret: ConfigError here)
         self.auth = build_authenticator(spec.auth)
+        # Envoy's ext_authz check (extauthz/): picks on the HTTP port, ends via the access log
+        self.check: PickCheck | None = None
+        self.releases: ReleaseRouter | None = None
+        if spec.ext_authz.enabled:
+            self.check = PickCheck(
+                self.dispatcher,
+                self.outliers,
+                metrics,
+                PickLedger(worker, spec.ext_authz.slot_ttl_s),
+                max_body_bytes=spec.proxy.max_body_bytes,
+                max_json_depth=spec.proxy.max_json_depth,
+                auth=self.auth,
+            )
+            self.releases = ReleaseRouter(worker, self.check.release)
+        self._expiry: asyncio.Task[None] | None = None
         self._server: EmbeddedServer | None = None
         self._extproc: ExtProcServer | None = None
         self._app: ProxyApp | None = None
@@ -75,11 +95,14 @@ class DataPlane:
             worker=self.worker,
             access_log=self.spec.access_log,
             auth=self.auth,
+            extra_routes=self.check.routes() if self.check is not None else None,
         )
         app.draining = self.draining
         self._app = app
         self._server = EmbeddedServer(server_config(app, self.spec.server))
         http_port = await self._server.start_on(sock)
+        if self.check is not None:
+            self._expiry = asyncio.create_task(self._expire_picks(self.check))
         grpc_port = 0
         if extproc_port is not None:
             pcfg = self.spec.proxy
@@ -99,6 +122,11 @@ class DataPlane:
             grpc_port = await self._extproc.start(self.spec.host, extproc_port)
         return http_port, grpc_port
 
+    async def _expire_picks(self, check: PickCheck) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            check.expire()
+
     def begin_drain(self) -> None:
         """Leave rotation and keep serving: `/ready` answers 503 from now on (docs/drain.md)."""
         self.draining = True
@@ -108,6 +136,11 @@ class DataPlane:
     async def stop(self, *, drain: bool = False) -> None:
         """Stop serving; `drain`: requests in flight get `server.drainTimeoutS` to finish (else 5 s)."""
         grace = self.spec.server.drain_timeout_s if drain else None
+        if self._expiry is not None:
+            self._expiry.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._expiry
+            self._expiry = None
         if self._extproc is not None:
             await (self._extproc.stop() if grace is None else self._extproc.stop(float(grace)))
             self._extproc = None

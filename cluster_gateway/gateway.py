@@ -82,6 +82,9 @@ class ClusterGateway:
             self.publisher = PoolPublisher(self.pool, os.path.join(self._feed_dir.name, "feed.sock"))
             self.metrics.group = self.publisher.group  # /metrics: the whole process group's
             self.publisher.render = lambda: self._render_metrics()
+            if self.data.releases is not None:  # ext_authz picks released through the feed
+                self.publisher.release_local = self.data.releases.route
+                self.publisher.own_outbox = self.data.releases.drain
         self.auth = self.data.auth  # built with the data plane: a missing secret is a ConfigError here
         self._background: list[tuple[str, BackgroundRun]] = [
             ("discovery", lambda: self.discovery.run(self.pool)),
@@ -147,7 +150,9 @@ class ClusterGateway:
                 self._tasks.append(task)
             reuse = self.workers > 1
             sock = listen_socket(self.host, self._port, reuse_port=reuse)
-            extproc = self._extproc_port if self.spec.ext_proc.enabled else None
+            extproc = (
+                self._extproc_port if self.spec.ext_proc.enabled or self.spec.ext_authz.enabled else None
+            )
             self._serving = True
             self.bound_port, self.extproc_port = await self.data.start(sock, extproc, reuse_port=reuse)
             log.info(

@@ -18,8 +18,9 @@ Response bodies are never sent to the picker (no per-chunk round trip on SSE str
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
+from cluster_gateway.extauthz.envoy_filter import check_cluster, ext_authz_filter, models_route
 from cluster_gateway.extproc.messages import LB_METADATA_NAMESPACE
 from cluster_gateway.request_path.headers import DESTINATION_HEADER
 from common.config.gateway import CircuitBreakers
@@ -90,6 +91,9 @@ def envoy_bootstrap(
     pods: list[tuple[str, int]] | None = None,
     retries: int = 2,
     limits: CircuitBreakers | None = None,
+    picker: Literal["ext_proc", "ext_authz"] = "ext_proc",
+    check_port: int | None = None,
+    check_timeout_s: float = 35.0,
 ) -> dict[str, Any]:
     """A static Envoy config (as a dict; dump it as YAML or JSON for `envoy -c`).
 
@@ -97,7 +101,13 @@ def envoy_bootstrap(
     says. With `pods` (host, port) it is a STATIC cluster of those pods using the `override_host`
     load-balancing policy: the picker's choice first, then its ranked fallbacks from the `envoy.lb`
     metadata on connect-failure retries (in Kubernetes the pods would come from EDS instead).
+
+    `picker="ext_authz"`: Envoy asks the gateway's HTTP port (`check_port`) for the pod through
+    its ext_authz filter instead of opening an ext_proc stream per request (extauthz/envoy_filter.py;
+    `check_timeout_s` must exceed the gateway's admission queue timeout).
     """
+    if picker == "ext_authz" and check_port is None:
+        raise ValueError("picker='ext_authz' needs check_port (the gateway's HTTP port)")
     breakers = circuit_breakers(limits or CircuitBreakers())
     ext_proc = {
         "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
@@ -149,16 +159,16 @@ def envoy_bootstrap(
                     "name": "all",
                     "domains": ["*"],
                     "routes": [
-                        {
-                            "match": {"prefix": "/"},
-                            "route": route,
-                        }
+                        *([models_route(upstream_timeout_s)] if picker == "ext_authz" else []),
+                        {"match": {"prefix": "/"}, "route": route},
                     ],
                 }
             ],
         },
         "http_filters": [
-            {"name": "envoy.filters.http.ext_proc", "typed_config": ext_proc},
+            ext_authz_filter(max_body_bytes=max_body_bytes, check_timeout_s=check_timeout_s)
+            if picker == "ext_authz"
+            else {"name": "envoy.filters.http.ext_proc", "typed_config": ext_proc},
             {
                 "name": "envoy.filters.http.router",
                 "typed_config": {
@@ -190,6 +200,7 @@ def envoy_bootstrap(
             ],
             "clusters": [
                 {**_pods_cluster(pods), "circuit_breakers": breakers},
+                *([check_cluster(extproc_host, check_port, breakers)] if check_port is not None else []),
                 {
                     "name": "fleetgate-picker",
                     "type": "STATIC",

@@ -69,6 +69,7 @@ class ProxyApp:
         worker: int = 0,
         access_log: bool = True,
         auth: GatewayAuthenticator | None = None,
+        extra_routes: dict[tuple[str, str], ASGIApp] | None = None,
     ) -> None:
         self.auth = auth if auth is not None else GatewayAuthenticator(GatewayAuth())  # default: open
         self.pool = pool
@@ -89,6 +90,7 @@ class ProxyApp:
             ("GET", "/metrics"): self._metrics,
             ("GET", "/"): self._status_page,
         }
+        self.routes.update(extra_routes or {})  # e.g. Envoy's ext_authz check (extauthz/check.py)
         self._paths = {p for _, p in self.routes}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -49,6 +49,7 @@ class Snapshot(msgspec.Struct, array_like=True):
     version: int  # the gateway pool's membership version
     pods: list[PodView]
     metrics: bytes = b""  # the whole group's /metrics body, when this worker asked (metrics_feed.py)
+    releases: list[tuple[str, int]] = []  # ext_authz picks of this worker that ended (extauthz/release.py)
 
 
 class WorkerReport(msgspec.Struct, array_like=True, omit_defaults=True):
@@ -59,6 +60,7 @@ class WorkerReport(msgspec.Struct, array_like=True, omit_defaults=True):
     ejected: dict[str, float] = {}  # pod → ejected until (time.monotonic())
     want_metrics: bool = False  # this worker serves a /metrics scrape: send the group's body
     metrics: list[tuple[str, list[tuple[str, str]], float]] = []  # its counters (metrics_feed.py)
+    releases: list[tuple[str, int]] = []  # other processes' ext_authz picks that ended, seen here
 
 
 _snapshot_decoder = msgspec.msgpack.Decoder(Snapshot)

@@ -82,8 +82,14 @@ async def _serve(spec: GatewaySpec, args: argparse.Namespace) -> int:
     metrics = GatewayMetrics()
     plane = DataPlane(spec, pool, metrics, worker=args.worker)
     metrics.watch_pool(pool, lambda: len(plane.admission))
+    releases = plane.releases
     replica = PoolReplica(
-        pool, args.feed, args.worker, plane.admission.depth_by_model, metrics.shipped_samples
+        pool,
+        args.feed,
+        args.worker,
+        plane.admission.depth_by_model,
+        metrics.shipped_samples,
+        releases=(releases.drain, releases.route) if releases is not None else None,
     )
     metrics.remote_render = replica.group_metrics  # /metrics here: the whole group's (metrics_feed.py)
     feed = asyncio.create_task(replica.run())

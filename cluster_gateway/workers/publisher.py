@@ -39,6 +39,7 @@ class _Worker:
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
         self.report = WorkerReport(worker=-1)
+        self.releases: list[tuple[str, int]] = []  # due in this worker's next snapshot
         self.metrics_body = b""  # the group's /metrics, due in this worker's next snapshot
         self.rendering = False
 
@@ -53,6 +54,10 @@ class PoolPublisher:
         self._server: asyncio.AbstractServer | None = None
         self.group = ProcessGroupMetrics()  # the workers' counters (metrics_feed.py)
         self.render: Callable[[], Awaitable[bytes]] | None = None  # the group's /metrics body
+        # ext_authz releases (extauthz/release.py): this process's own picks are released by
+        # `release_local`; `own_outbox` drains the releases this process saw for the workers' picks
+        self.release_local: Callable[[str, int], object] | None = None
+        self.own_outbox: Callable[[], list[tuple[str, int]]] | None = None
 
     async def start(self) -> None:
         self._server = await asyncio.start_unix_server(self._serve, path=self.path)
@@ -90,6 +95,20 @@ class PoolPublisher:
         for name, until in report.ejected.items():
             if (pod := self.pool.get(name)) is not None and until > pod.ejected_until:
                 pod.ejected_until = until
+        if report.releases:
+            self._route_releases(report.releases)
+
+    def _route_releases(self, releases: list[tuple[str, int]]) -> None:
+        """Hand each release to the process that holds the pick (its id names it: `<worker>.<n>`)."""
+        by_worker = {w.report.worker: w for w in self._workers}
+        for pick_id, status in releases:
+            head = pick_id.partition(".")[0]
+            owner = int(head) if head.isdigit() else -1
+            if owner == 0:
+                if self.release_local is not None:
+                    self.release_local(pick_id, status)
+            elif (w := by_worker.get(owner)) is not None:
+                w.releases.append((pick_id, status))
 
     async def _render_for(self, w: _Worker, render: Callable[[], Awaitable[bytes]]) -> None:
         try:
@@ -118,13 +137,16 @@ class PoolPublisher:
     def publish(self) -> None:
         if not self._workers:
             return
+        if self.own_outbox is not None and (mine := self.own_outbox()):
+            self._route_releases(mine)
         pods = self.pool.pods()
         for w in self._workers:
             own = w.report.inflight
             views = [pod_view(p, p.inflight - own.get(p.name, 0)) for p in pods]
             if not w.writer.is_closing():
-                w.writer.write(frame(Snapshot(self.pool.version, views, w.metrics_body)))
+                w.writer.write(frame(Snapshot(self.pool.version, views, w.metrics_body, w.releases)))
                 w.metrics_body = b""
+                w.releases = []
 
     async def run(self) -> None:
         while True:

@@ -63,12 +63,16 @@ class PoolReplica:
         worker: int,
         queued: Callable[[], dict[str, int]],
         metrics: Callable[[], list[ShippedSample]] | None = None,
+        releases: tuple[Callable[[], list[tuple[str, int]]], Callable[[str, int], object]] | None = None,
     ) -> None:
         self.pool = pool
         self.path = path
         self.worker = worker
         self._queued = queued
         self._metrics = metrics  # this worker's counter samples, shipped ~1/s (metrics_feed.py)
+        # ext_authz (extauthz/release.py): (drain the releases seen here for other processes' picks,
+        # release one of this worker's own picks)
+        self._releases = releases
         self._ticks = 0
         self._group_body: asyncio.Future[bytes] | None = None
         self._sent_dispatches: dict[str, int] = {}
@@ -89,6 +93,8 @@ class PoolReplica:
         dispatched = self.unreported()
         self._sent_dispatches = {p.name: p.dispatched_total for p in self.pool.pods()}
         report = WorkerReport(self.worker, inflight, dispatched, self._queued(), ejected)
+        if self._releases is not None:
+            report.releases = self._releases[0]()
         self._ticks += 1
         want = self._group_body is not None and not self._group_body.done()
         if self._metrics is not None and (want or self._ticks % SHIP_EVERY_TICKS == 0):
@@ -115,6 +121,9 @@ class PoolReplica:
             while True:
                 snap = await read_snapshot(reader)
                 apply_snapshot(self.pool, snap, self.unreported())
+                if snap.releases and self._releases is not None:
+                    for pick_id, status in snap.releases:
+                        self._releases[1](pick_id, status)
                 if snap.metrics and self._group_body is not None and not self._group_body.done():
                     self._group_body.set_result(snap.metrics)
                 self.synced.set()

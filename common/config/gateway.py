@@ -254,6 +254,19 @@ class ExtProc(_Base, kw_only=True):
     tls_key_file: str | None = None
 
 
+class ExtAuthz(_Base, kw_only=True):
+    """Envoy's ext_authz HTTP filter as the endpoint picker (cluster_gateway/extauthz/).
+
+    The check is served on the gateway's HTTP port under `/_fleetgate/pick`, by every serving
+    process; the end of each request comes back through Envoy's gRPC access log on the
+    `extProc.port` (which this turns on). `slotTtlS` bounds how long a pick whose end Envoy never
+    logged (Envoy restarted, its log stream broke) holds the pod's in-flight slot; a longer request
+    is then counted only through the pod's scraped running count (docs/envoy-picker.md)."""
+
+    enabled: bool = False
+    slot_ttl_s: Annotated[float, Meta(ge=1.0, le=3600.0)] = 120.0
+
+
 class GlobalRouterLink(_Base, kw_only=True):
     """Where this cluster's agent streams capacity reports (Tier 2)."""
 
@@ -332,6 +345,7 @@ class GatewaySpec(_Base, kw_only=True):
     admission: Admission = msgspec.field(default_factory=Admission)
     proxy: Proxy = msgspec.field(default_factory=Proxy)
     ext_proc: ExtProc = msgspec.field(default_factory=ExtProc)
+    ext_authz: ExtAuthz = msgspec.field(default_factory=ExtAuthz)
     global_router: GlobalRouterLink | None = None
     capacity: CapacityInfo = msgspec.field(default_factory=CapacityInfo)
     server: HttpServer = msgspec.field(default_factory=HttpServer)

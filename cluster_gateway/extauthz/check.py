@@ -1,0 +1,144 @@
+"""The ext_authz check: Envoy asks, with the client's request and body, which pod should serve it.
+
+Why ext_authz next to ext_proc: the ext_proc picker costs one gRPC stream per request (its setup,
+four messages and its close are ~80% of the picker's CPU under grpc.aio), while Envoy's ext_authz
+filter with an HTTP service asks over a pooled keep-alive HTTP/1.1 connection: one request, one
+bodyless answer, served by the same httptools/uvloop server and worker processes as the embedded
+proxy (docs/envoy-picker.md has the measurements). ext_proc stays the Gateway API Inference
+Extension's protocol, for gateways that speak only it.
+
+The check answers 200 with the pod in `x-gateway-destination-endpoint` (Envoy's ORIGINAL_DST or
+override_host cluster routes on it) and the pick's id in `x-fleetgate-pick`; Envoy copies both onto
+the upstream request (`allowed_upstream_headers` override a client's copies) and removes the
+internal headers the check names in `x-envoy-auth-headers-to-remove`. Any other answer is a denial
+that Envoy relays to the client as is: the OpenAI-format 4xx/429/503 errors of the embedded proxy.
+The pod's in-flight slot stays open in the ledger until Envoy's access log reports the end.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from opentelemetry import context as otel_context
+
+from cluster_gateway.auth import GatewayAuthenticator
+from cluster_gateway.extauthz.ledger import PICK_HEADER, OpenPick, PickLedger
+from cluster_gateway.observability import CANCELLED, OK, REJECTED, SHED, UPSTREAM_ERROR, GatewayMetrics
+from cluster_gateway.request_path.dispatch import Dispatcher
+from cluster_gateway.request_path.headers import DESTINATION_HEADER, client_headers, is_internal
+from cluster_gateway.request_path.outliers import OutlierDetector
+from common.asgi import ClientGone, read_body, run_until_disconnect
+from common.errors import OpenAIError
+from common.http import ASGIApp, Receive, Scope, Send, send_body, send_error
+from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, MAX_JSON_DEPTH, parse_request
+from common.telemetry import extract_context
+
+log = logging.getLogger("fleetgate.gateway.extauthz")
+
+CHECK_PREFIX = (
+    "/_fleetgate/pick"  # Envoy's `http_service.path_prefix`: the check's path is this + the client's
+)
+_INFERENCE_PATHS = frozenset({COMPLETIONS_PATH, CHAT_PATH})
+_REMOVE_HEADER = b"x-envoy-auth-headers-to-remove"
+
+
+class PickCheck:
+    """ASGI handler for `POST {CHECK_PREFIX}/v1/...`; `release()` is the access log's way back."""
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        outliers: OutlierDetector,
+        metrics: GatewayMetrics,
+        ledger: PickLedger,
+        *,
+        max_body_bytes: int,
+        max_json_depth: int = MAX_JSON_DEPTH,
+        auth: GatewayAuthenticator,
+    ) -> None:
+        self.dispatcher = dispatcher
+        self.outliers = outliers
+        self.metrics = metrics
+        self.ledger = ledger
+        self.max_body = max_body_bytes
+        self.max_depth = max_json_depth
+        self.auth = auth
+
+    def routes(self) -> dict[tuple[str, str], ASGIApp]:
+        """The check's paths on the gateway's HTTP server (the embedded proxy's route table)."""
+        return {("POST", CHECK_PREFIX + path): self for path in sorted(_INFERENCE_PATHS)}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope["path"][len(CHECK_PREFIX) :]
+        if scope["method"] != "POST" or path not in _INFERENCE_PATHS:
+            err = OpenAIError(
+                404,
+                f"Unknown path {scope['method']} {path}",
+                code="unknown_url",
+                type="invalid_request_error",
+            )
+            await send_error(send, err)
+            return
+        try:
+            headers = client_headers(scope["headers"])
+            body = await read_body(receive, headers.get("content-length"), self.max_body)
+            self.auth.verify_asgi("POST", path, scope["headers"], body)
+            parsed = parse_request(body, path, self.max_depth)
+            answer: list[tuple[bytes, bytes]] = []
+
+            async def pick() -> None:
+                token = otel_context.attach(extract_context(headers))
+                try:
+                    chosen = await self.dispatcher.pick(parsed, headers)
+                finally:
+                    otel_context.detach(token)
+                pod = self.outliers.rank(chosen.pods)[0]
+                self.dispatcher.dispatched(chosen, pod)  # from here the slot is the ledger's
+                pick_id = self.ledger.open(chosen, pod)
+                answer.extend(
+                    [
+                        (DESTINATION_HEADER.encode(), pod.endpoint.hostport.encode()),
+                        (PICK_HEADER.encode(), pick_id.encode()),
+                    ]
+                )
+
+            # Envoy gave up on the check (its timeout, the client left): no pick, no slot
+            if await run_until_disconnect(pick(), receive, lambda: bool(answer)):
+                raise ClientGone
+        except ClientGone:
+            self.metrics.request_done("-", "-", CANCELLED)
+            return
+        except OpenAIError as err:
+            self.metrics.request_done("-", "-", SHED if err.status == 429 else REJECTED)
+            await send_error(send, err)
+            return
+        internal = [k for k, _ in scope["headers"] if is_internal(k.decode("latin-1").lower())]
+        if internal:
+            answer.append((_REMOVE_HEADER, b",".join(sorted(set(internal)))))
+        await send_body(send, 200, b"", answer)
+
+    def release(self, pick_id: str, status: int) -> bool:
+        """Envoy logged the end of this pick's request with `status` (0: no response, e.g. reset)."""
+        entry = self.ledger.close(pick_id)
+        if entry is None:
+            return False
+        self._finish(entry, OK if 0 < status < 400 else UPSTREAM_ERROR if status else CANCELLED)
+        return True
+
+    def expire(self) -> int:
+        """Release the picks whose log entry never came (`extAuthz.slotTtlS`)."""
+        stale = self.ledger.expire()
+        for entry in stale:
+            self._finish(entry, CANCELLED)
+        if stale:
+            log.warning(
+                "released %d pod slots whose end Envoy never logged within %.0f s (access log stream down?)",
+                len(stale),
+                self.ledger.ttl_s,
+            )
+        return len(stale)
+
+    def _finish(self, entry: OpenPick, outcome: str) -> None:
+        self.dispatcher.finished(entry.pod)
+        self.dispatcher.completed(entry.pick, entry.pod, outcome)
+        self.metrics.request_done(entry.pod.name, entry.pick.profile, outcome)

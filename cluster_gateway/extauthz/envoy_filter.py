@@ -1,0 +1,86 @@
+"""The Envoy pieces of the ext_authz picker: the filter, the check cluster, the `/v1/models` route.
+
+`extproc/envoy_config.py` composes them into a bootstrap when asked for `picker="ext_authz"`.
+What the filter sends is all the picker needs and nothing more: the client's headers (its credential,
+`traceparent`, the routing hints) and the whole body (`with_request_body`, never partial: a pick
+needs the model and the prompt), to `{CHECK_PREFIX}` + the request's path on the gateway's HTTP port.
+A check that fails or times out is a 503 (`status_on_error`; Envoy's default would be a 403), which
+the bootstrap's local-reply mapper turns into OpenAI JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cluster_gateway.extauthz.check import CHECK_PREFIX
+from cluster_gateway.extauthz.ledger import PICK_HEADER
+from cluster_gateway.request_path.headers import DESTINATION_HEADER
+
+CHECK_CLUSTER = "fleetgate-check"
+
+
+def ext_authz_filter(*, max_body_bytes: int, check_timeout_s: float) -> dict[str, Any]:
+    return {
+        "name": "envoy.filters.http.ext_authz",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz",
+            "transport_api_version": "V3",
+            "failure_mode_allow": False,
+            "status_on_error": {"code": 503},
+            "with_request_body": {"max_request_bytes": max_body_bytes, "allow_partial_message": False},
+            "http_service": {
+                "server_uri": {
+                    "uri": f"http://{CHECK_CLUSTER}",
+                    "cluster": CHECK_CLUSTER,
+                    # the check waits in the gateway's admission queue when every pod is busy
+                    "timeout": f"{check_timeout_s}s",
+                },
+                "path_prefix": CHECK_PREFIX,
+                "authorization_request": {
+                    "allowed_headers": {"patterns": [{"safe_regex": {"regex": ".*"}}]},
+                },
+                "authorization_response": {
+                    # set, not appended: a client's own copies of these are overwritten
+                    "allowed_upstream_headers": {
+                        "patterns": [{"exact": DESTINATION_HEADER}, {"exact": PICK_HEADER}]
+                    },
+                },
+            },
+        },
+    }
+
+
+def models_route(upstream_timeout_s: float) -> dict[str, Any]:
+    """`GET /v1/models` goes to the gateway itself (it answers from the pool, checking the client's
+    credential), without a check: an allowed check would need a pod to route to."""
+    return {
+        "match": {"path": "/v1/models"},
+        "route": {"cluster": CHECK_CLUSTER, "timeout": f"{upstream_timeout_s}s"},
+        "typed_per_filter_config": {
+            "envoy.filters.http.ext_authz": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute",
+                "disabled": True,
+            }
+        },
+    }
+
+
+def check_cluster(host: str, port: int, breakers: dict[str, Any]) -> dict[str, Any]:
+    """The gateway's HTTP port, HTTP/1.1 keep-alive: the kernel spreads Envoy's connections over the
+    serving processes (SO_REUSEPORT)."""
+    return {
+        "name": CHECK_CLUSTER,
+        "type": "STATIC",
+        "connect_timeout": "2s",
+        "circuit_breakers": breakers,
+        "load_assignment": {
+            "cluster_name": CHECK_CLUSTER,
+            "endpoints": [
+                {
+                    "lb_endpoints": [
+                        {"endpoint": {"address": {"socket_address": {"address": host, "port_value": port}}}}
+                    ]
+                }
+            ],
+        },
+    }

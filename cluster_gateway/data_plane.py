@@ -13,7 +13,7 @@ import logging
 import socket
 
 from cluster_gateway.auth import build_authenticator
-from cluster_gateway.extauthz.check import PickCheck
+from cluster_gateway.extauthz.check import CHECK_PREFIX, PickCheck
 from cluster_gateway.extauthz.ledger import PickLedger
 from cluster_gateway.extauthz.release import ReleaseRouter
 from cluster_gateway.extproc.server import ExtProcServer, PickerService
@@ -96,6 +96,7 @@ class DataPlane:
             access_log=self.spec.access_log,
             auth=self.auth,
             extra_routes=self.check.routes() if self.check is not None else None,
+            prefix_route=(CHECK_PREFIX, self.check) if self.check is not None else None,
         )
         app.draining = self.draining
         self._app = app

@@ -71,12 +71,13 @@ class PickCheck:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"][len(CHECK_PREFIX) :]
         if scope["method"] != "POST" or path not in _INFERENCE_PATHS:
-            err = OpenAIError(
-                404,
-                f"Unknown path {scope['method']} {path}",
-                code="unknown_url",
-                type="invalid_request_error",
-            )
+            if path in _INFERENCE_PATHS:
+                err = OpenAIError(405, f"Method {scope['method']} not allowed on {path}")
+            else:
+                err = OpenAIError(
+                    404, f"Unknown path {path}", code="unknown_url", type="invalid_request_error"
+                )
+            self.metrics.request_done("-", "-", REJECTED)
             await send_error(send, err)
             return
         try:

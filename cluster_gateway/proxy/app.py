@@ -70,6 +70,7 @@ class ProxyApp:
         access_log: bool = True,
         auth: GatewayAuthenticator | None = None,
         extra_routes: dict[tuple[str, str], ASGIApp] | None = None,
+        prefix_route: tuple[str, ASGIApp] | None = None,
     ) -> None:
         self.auth = auth if auth is not None else GatewayAuthenticator(GatewayAuth())  # default: open
         self.pool = pool
@@ -91,6 +92,7 @@ class ProxyApp:
             ("GET", "/"): self._status_page,
         }
         self.routes.update(extra_routes or {})  # e.g. Envoy's ext_authz check (extauthz/check.py)
+        self._prefix_route = prefix_route  # ...and every other path under its prefix (its own 404)
         self._paths = {p for _, p in self.routes}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -104,6 +106,8 @@ class ProxyApp:
             await handler(scope, receive, send)
             return
         send = with_request_id(send, request_id(_header(scope, _RID)))
+        if handler is None and self._prefix_route and scope["path"].startswith(self._prefix_route[0]):
+            handler = self._prefix_route[1]
         if handler is not None:
             await handler(scope, receive, send)
         elif scope["path"] in self._paths:

@@ -1,0 +1,120 @@
+"""The ext_authz check as Envoy calls it: the pick in two headers, errors as OpenAI JSON, the slot
+held until the access log releases it."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import httpx
+import pytest
+
+from cluster_gateway.data_plane import DataPlane
+from cluster_gateway.extauthz.check import CHECK_PREFIX
+from cluster_gateway.observability import GatewayMetrics
+from cluster_gateway.pool import EndpointPool
+from common.config.gateway import GatewaySpec
+from common.config.loader import load_config_data
+from tests.cluster_gateway.extproc.conftest import MODEL, add_pod, inflight
+
+CHAT = CHECK_PREFIX + "/v1/chat/completions"
+
+
+def plane(**overrides: Any) -> DataPlane:
+    data: dict[str, Any] = {"discovery": {"static": {"endpoints": []}}, "extAuthz": {"enabled": True}}
+    data.update(overrides)
+    spec = load_config_data(data, GatewaySpec, source="test")
+    pool = EndpointPool()
+    add_pod(pool, "busy", 9001, waiting=30, kv=0.7)
+    add_pod(pool, "idle", 9002, waiting=0, kv=0.05)
+    return DataPlane(spec, pool, GatewayMetrics())
+
+
+def client(p: DataPlane) -> httpx.AsyncClient:
+    assert p.check is not None
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=p.check), base_url="http://picker")
+
+
+def chat(**extra: Any) -> dict[str, Any]:
+    return {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], **extra}
+
+
+async def test_a_pick_names_the_pod_and_holds_its_slot_until_released() -> None:
+    p = plane()
+    async with client(p) as c:
+        r = await c.post(CHAT, json=chat(), headers={"x-gateway-destination-endpoint": "10.0.0.1:1"})
+    assert r.status_code == 200 and r.content == b""
+    assert r.headers["x-gateway-destination-endpoint"] == "127.0.0.1:9002"  # the idle pod, not the client's
+    pick_id = r.headers["x-fleetgate-pick"]
+    # the client's internal header is removed from the upstream request by Envoy on our word
+    assert r.headers["x-envoy-auth-headers-to-remove"] == "x-gateway-destination-endpoint"
+    assert inflight(p.pool, "idle") == 1
+    assert p.releases is not None
+    p.releases.route(pick_id, 200)
+    assert inflight(p.pool, "idle") == 0
+    p.releases.route(pick_id, 200)  # a duplicate log entry releases nothing twice
+    assert inflight(p.pool, "idle") == 0
+
+
+async def test_errors_are_openai_json_with_their_status_and_take_no_slot() -> None:
+    p = plane()
+    async with client(p) as c:
+        unknown = await c.post(CHAT, json=chat(model="nope"))
+        broken = await c.post(CHAT, content=b"{oops", headers={"content-type": "application/json"})
+        big = await c.post(CHAT, json=chat(messages=[{"role": "user", "content": "x" * 9_000_000}]))
+        path = await c.post(CHECK_PREFIX + "/v1/embeddings", json=chat())
+        method = await c.get(CHAT)
+    for r, status, code in (
+        (unknown, 404, "model_not_found"),
+        (broken, 400, "invalid_json"),
+        (big, 413, None),
+        (path, 404, "unknown_url"),
+        (method, 405, None),
+    ):
+        assert r.status_code == status and r.headers["content-type"] == "application/json", r.text
+        err = r.json()["error"]
+        assert err["message"] and (code is None or err["code"] == code), err
+    assert "/_fleetgate" not in path.json()["error"]["message"]  # the client's path, as it sent it
+    assert inflight(p.pool, "idle") == inflight(p.pool, "busy") == 0
+
+
+async def test_the_check_verifies_the_clients_credential_before_picking() -> None:
+    key = "sk-local-test"
+    p = plane(auth={"apiKeySha256": [hashlib.sha256(key.encode()).hexdigest()]})
+    async with client(p) as c:
+        refused = await c.post(CHAT, json=chat())
+        allowed = await c.post(CHAT, json=chat(), headers={"authorization": f"Bearer {key}"})
+    assert refused.status_code == 401 and refused.json()["error"]["type"]
+    assert allowed.status_code == 200 and inflight(p.pool, "idle") == 1
+
+
+async def test_picks_whose_end_is_never_logged_expire() -> None:
+    p = plane(extAuthz={"enabled": True, "slotTtlS": 1})
+    assert p.check is not None
+    now = [0.0]
+    p.check.ledger._clock = lambda: now[0]
+    async with client(p) as c:
+        r = await c.post(CHAT, json=chat())
+    assert r.status_code == 200 and inflight(p.pool, "idle") == 1
+    assert p.check.expire() == 0
+    now[0] += 1.0
+    assert p.check.expire() == 1 and inflight(p.pool, "idle") == 0
+    assert p.check.release(r.headers["x-fleetgate-pick"], 200) is False
+
+
+def test_the_check_is_off_unless_configured() -> None:
+    spec = load_config_data({"discovery": {"static": {"endpoints": []}}}, GatewaySpec, source="test")
+    p = DataPlane(spec, EndpointPool(), GatewayMetrics())
+    assert p.check is None and p.releases is None
+
+
+@pytest.mark.parametrize("ttl", [0, 5000])
+def test_slot_ttl_is_bounded(ttl: float) -> None:
+    from common.config.loader import ConfigError
+
+    with pytest.raises(ConfigError):
+        load_config_data(
+            {"discovery": {"static": {"endpoints": []}}, "extAuthz": {"slotTtlS": ttl}},
+            GatewaySpec,
+            source="t",
+        )

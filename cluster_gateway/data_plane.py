@@ -74,6 +74,7 @@ class DataPlane:
                 max_body_bytes=spec.proxy.max_body_bytes,
                 max_json_depth=spec.proxy.max_json_depth,
                 auth=self.auth,
+                check_token_sha256=spec.ext_authz.check_token_sha256,
             )
             self.releases = ReleaseRouter(worker, self.check.release)
         self._expiry: asyncio.Task[None] | None = None

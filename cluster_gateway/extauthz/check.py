@@ -17,6 +17,8 @@ The pod's in-flight slot stays open in the ledger until Envoy's access log repor
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 
 from opentelemetry import context as otel_context
@@ -40,6 +42,8 @@ CHECK_PREFIX = (
 )
 _INFERENCE_PATHS = frozenset({COMPLETIONS_PATH, CHAT_PATH})
 _REMOVE_HEADER = b"x-envoy-auth-headers-to-remove"
+CHECK_TOKEN_HEADER = "x-fleetgate-check-token"  # Envoy's proof that the check is its own
+_TOKEN_HEADER = CHECK_TOKEN_HEADER.encode()
 
 
 class PickCheck:
@@ -55,6 +59,7 @@ class PickCheck:
         max_body_bytes: int,
         max_json_depth: int = MAX_JSON_DEPTH,
         auth: GatewayAuthenticator,
+        check_token_sha256: list[str] | None = None,
     ) -> None:
         self.dispatcher = dispatcher
         self.outliers = outliers
@@ -63,6 +68,7 @@ class PickCheck:
         self.max_body = max_body_bytes
         self.max_depth = max_json_depth
         self.auth = auth
+        self._tokens = [bytes.fromhex(d) for d in check_token_sha256 or []]
 
     def routes(self) -> dict[tuple[str, str], ASGIApp]:
         """The check's paths on the gateway's HTTP server (the embedded proxy's route table)."""
@@ -79,6 +85,10 @@ class PickCheck:
                 )
             self.metrics.request_done("-", "-", REJECTED)
             await send_error(send, err)
+            return
+        if self._tokens and not self._from_envoy(scope):
+            self.metrics.request_done("-", "-", REJECTED)
+            await send_error(send, OpenAIError(403, "Checks are for the gateway's Envoy", code="forbidden"))
             return
         try:
             headers = client_headers(scope["headers"])
@@ -117,6 +127,16 @@ class PickCheck:
         if internal:
             answer.append((_REMOVE_HEADER, b",".join(sorted(set(internal)))))
         await send_body(send, 200, b"", answer)
+
+    def _from_envoy(self, scope: Scope) -> bool:
+        presented = next((v for k, v in scope["headers"] if k == _TOKEN_HEADER), None)
+        if presented is None:
+            return False
+        got = hashlib.sha256(presented).digest()
+        ok = False
+        for d in self._tokens:  # no early exit: constant work whichever entry matches
+            ok |= hmac.compare_digest(got, d)
+        return ok
 
     def release(self, pick_id: str, status: int) -> bool:
         """Envoy logged the end of this pick's request with `status` (0: no response, e.g. reset)."""

@@ -12,14 +12,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster_gateway.extauthz.check import CHECK_PREFIX
+from cluster_gateway.extauthz.check import CHECK_PREFIX, CHECK_TOKEN_HEADER
 from cluster_gateway.extauthz.ledger import PICK_HEADER
 from cluster_gateway.request_path.headers import DESTINATION_HEADER
 
 CHECK_CLUSTER = "fleetgate-check"
 
 
-def ext_authz_filter(*, max_body_bytes: int, check_timeout_s: float) -> dict[str, Any]:
+def ext_authz_filter(
+    *, max_body_bytes: int, check_timeout_s: float, check_token: str | None = None
+) -> dict[str, Any]:
+    """`check_token`: sent with every check (`extAuthz.checkTokenSha256` holds its digest); Envoy
+    overwrites a client's header of that name."""
+    request: dict[str, Any] = {"allowed_headers": {"patterns": [{"safe_regex": {"regex": ".*"}}]}}
+    if check_token is not None:
+        request["headers_to_add"] = [{"key": CHECK_TOKEN_HEADER, "value": check_token}]
     return {
         "name": "envoy.filters.http.ext_authz",
         "typed_config": {
@@ -36,9 +43,7 @@ def ext_authz_filter(*, max_body_bytes: int, check_timeout_s: float) -> dict[str
                     "timeout": f"{check_timeout_s}s",
                 },
                 "path_prefix": CHECK_PREFIX,
-                "authorization_request": {
-                    "allowed_headers": {"patterns": [{"safe_regex": {"regex": ".*"}}]},
-                },
+                "authorization_request": request,
                 "authorization_response": {
                     # set, not appended: a client's own copies of these are overwritten
                     "allowed_upstream_headers": {

@@ -94,6 +94,7 @@ def envoy_bootstrap(
     picker: Literal["ext_proc", "ext_authz"] = "ext_proc",
     check_port: int | None = None,
     check_timeout_s: float = 35.0,
+    check_token: str | None = None,
 ) -> dict[str, Any]:
     """A static Envoy config (as a dict; dump it as YAML or JSON for `envoy -c`).
 
@@ -166,7 +167,9 @@ def envoy_bootstrap(
             ],
         },
         "http_filters": [
-            ext_authz_filter(max_body_bytes=max_body_bytes, check_timeout_s=check_timeout_s)
+            ext_authz_filter(
+                max_body_bytes=max_body_bytes, check_timeout_s=check_timeout_s, check_token=check_token
+            )
             if picker == "ext_authz"
             else {"name": "envoy.filters.http.ext_proc", "typed_config": ext_proc},
             {

@@ -92,6 +92,7 @@ class ProxyApp:
             ("GET", "/"): self._status_page,
         }
         self.routes.update(extra_routes or {})  # e.g. Envoy's ext_authz check (extauthz/check.py)
+        self._bare = set((extra_routes or {}).values())  # answer without a request id of ours
         self._prefix_route = prefix_route  # ...and every other path under its prefix (its own 404)
         self._paths = {p for _, p in self.routes}
 
@@ -102,7 +103,7 @@ class ProxyApp:
         if scope["type"] != "http":
             return
         handler = self.routes.get((scope["method"], scope["path"]))
-        if handler == self._completion:  # bound methods: equal, never identical
+        if handler == self._completion or handler in self._bare:  # bound methods: equal, never identical
             await handler(scope, receive, send)
             return
         send = with_request_id(send, request_id(_header(scope, _RID)))

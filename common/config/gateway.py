@@ -254,19 +254,6 @@ class ExtProc(_Base, kw_only=True):
     tls_key_file: str | None = None
 
 
-class ExtAuthz(_Base, kw_only=True):
-    """Envoy's ext_authz HTTP filter as the endpoint picker (cluster_gateway/extauthz/).
-
-    The check is served on the gateway's HTTP port under `/_fleetgate/pick`, by every serving
-    process; the end of each request comes back through Envoy's gRPC access log on the
-    `extProc.port` (which this turns on). `slotTtlS` bounds how long a pick whose end Envoy never
-    logged (Envoy restarted, its log stream broke) holds the pod's in-flight slot; a longer request
-    is then counted only through the pod's scraped running count (docs/envoy-picker.md)."""
-
-    enabled: bool = False
-    slot_ttl_s: Annotated[float, Meta(ge=1.0, le=3600.0)] = 120.0
-
-
 class GlobalRouterLink(_Base, kw_only=True):
     """Where this cluster's agent streams capacity reports (Tier 2)."""
 
@@ -279,6 +266,23 @@ class GlobalRouterLink(_Base, kw_only=True):
 
 
 Sha256Hex = Annotated[str, Meta(pattern="^[0-9a-f]{64}$")]
+
+
+class ExtAuthz(_Base, kw_only=True):
+    """Envoy's ext_authz HTTP filter as the endpoint picker (cluster_gateway/extauthz/).
+
+    The check is served on the gateway's HTTP port under `/_fleetgate/pick`, by every serving
+    process; the end of each request comes back through Envoy's gRPC access log on the
+    `extProc.port` (which this turns on). `slotTtlS` bounds how long a pick whose end Envoy never
+    logged (Envoy restarted, its log stream broke) holds the pod's in-flight slot; a longer request
+    is then counted only through the pod's scraped running count (docs/envoy-picker.md)."""
+
+    enabled: bool = False
+    slot_ttl_s: Annotated[float, Meta(ge=1.0, le=3600.0)] = 120.0
+    # SHA-256 hex of the token Envoy adds to each check (`x-fleetgate-check-token`, the bootstrap's
+    # `check_token`): without it anyone who reaches the HTTP port could take pod slots for up to
+    # `slotTtlS`. Empty: checks are accepted from any caller that passes `auth`.
+    check_token_sha256: list[Sha256Hex] = msgspec.field(default_factory=list)
 
 
 class GatewayAuth(_Base, kw_only=True):

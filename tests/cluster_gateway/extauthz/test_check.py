@@ -118,3 +118,16 @@ def test_slot_ttl_is_bounded(ttl: float) -> None:
             GatewaySpec,
             source="t",
         )
+
+
+async def test_with_a_check_token_only_envoy_may_ask() -> None:
+    token = "envoy-only-token"
+    p = plane(extAuthz={"enabled": True, "checkTokenSha256": [hashlib.sha256(token.encode()).hexdigest()]})
+    async with client(p) as c:
+        stranger = await c.post(CHAT, json=chat())
+        wrong = await c.post(CHAT, json=chat(), headers={"x-fleetgate-check-token": "guess"})
+        envoy = await c.post(CHAT, json=chat(), headers={"x-fleetgate-check-token": token})
+    assert (
+        stranger.status_code == wrong.status_code == 403 and stranger.json()["error"]["code"] == "forbidden"
+    )
+    assert envoy.status_code == 200 and inflight(p.pool, "idle") == 1

@@ -44,6 +44,7 @@ _INFERENCE_PATHS = frozenset({COMPLETIONS_PATH, CHAT_PATH})
 _REMOVE_HEADER = b"x-envoy-auth-headers-to-remove"
 CHECK_TOKEN_HEADER = "x-fleetgate-check-token"  # Envoy's proof that the check is its own
 _TOKEN_HEADER = CHECK_TOKEN_HEADER.encode()
+_SET_BY_CHECK = frozenset({DESTINATION_HEADER.encode(), PICK_HEADER.encode()})
 
 
 class PickCheck:
@@ -123,7 +124,13 @@ class PickCheck:
             self.metrics.request_done("-", "-", SHED if err.status == 429 else REJECTED)
             await send_error(send, err)
             return
-        internal = [k for k, _ in scope["headers"] if is_internal(k.decode("latin-1").lower())]
+        # The client's copies of the two headers set above are overwritten by Envoy; naming them here
+        # too would remove the pick itself (Envoy applies removals after the set).
+        internal = [
+            k
+            for k, _ in scope["headers"]
+            if k not in _SET_BY_CHECK and k != _TOKEN_HEADER and is_internal(k.decode("latin-1").lower())
+        ]
         if internal:
             answer.append((_REMOVE_HEADER, b",".join(sorted(set(internal)))))
         await send_body(send, 200, b"", answer)

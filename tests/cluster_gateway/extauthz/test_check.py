@@ -42,12 +42,14 @@ def chat(**extra: Any) -> dict[str, Any]:
 async def test_a_pick_names_the_pod_and_holds_its_slot_until_released() -> None:
     p = plane()
     async with client(p) as c:
-        r = await c.post(CHAT, json=chat(), headers={"x-gateway-destination-endpoint": "10.0.0.1:1"})
+        spoof = {"x-gateway-destination-endpoint": "10.0.0.1:1", "x-fleetgate-pod": "busy"}
+        r = await c.post(CHAT, json=chat(), headers=spoof)
     assert r.status_code == 200 and r.content == b""
     assert r.headers["x-gateway-destination-endpoint"] == "127.0.0.1:9002"  # the idle pod, not the client's
     pick_id = r.headers["x-fleetgate-pick"]
-    # the client's internal header is removed from the upstream request by Envoy on our word
-    assert r.headers["x-envoy-auth-headers-to-remove"] == "x-gateway-destination-endpoint"
+    # the client's other internal headers are removed from the upstream request by Envoy on our word
+    # (the two the check sets are overwritten: removing them would remove the pick)
+    assert r.headers["x-envoy-auth-headers-to-remove"] == "x-fleetgate-pod"
     assert inflight(p.pool, "idle") == 1
     assert p.releases is not None
     p.releases.route(pick_id, 200)

@@ -75,6 +75,7 @@ class DataPlane:
                 max_json_depth=spec.proxy.max_json_depth,
                 auth=self.auth,
                 check_token_sha256=spec.ext_authz.check_token_sha256,
+                fallbacks=spec.ext_proc.fallback_endpoints,
             )
             self.releases = ReleaseRouter(worker, self.check.release)
         self._expiry: asyncio.Task[None] | None = None

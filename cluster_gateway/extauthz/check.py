@@ -44,6 +44,8 @@ _INFERENCE_PATHS = frozenset({COMPLETIONS_PATH, CHAT_PATH})
 _REMOVE_HEADER = b"x-envoy-auth-headers-to-remove"
 CHECK_TOKEN_HEADER = "x-fleetgate-check-token"  # Envoy's proof that the check is its own
 _TOKEN_HEADER = CHECK_TOKEN_HEADER.encode()
+ENDPOINTS_HEADER = "x-fleetgate-endpoints"  # the ranked list, for override_host's retries
+_ENDPOINTS = ENDPOINTS_HEADER.encode()
 _SET_BY_CHECK = frozenset({DESTINATION_HEADER.encode(), PICK_HEADER.encode()})
 
 
@@ -61,6 +63,7 @@ class PickCheck:
         max_json_depth: int = MAX_JSON_DEPTH,
         auth: GatewayAuthenticator,
         check_token_sha256: list[str] | None = None,
+        fallbacks: int = 2,
     ) -> None:
         self.dispatcher = dispatcher
         self.outliers = outliers
@@ -69,6 +72,7 @@ class PickCheck:
         self.max_body = max_body_bytes
         self.max_depth = max_json_depth
         self.auth = auth
+        self.fallbacks = fallbacks
         self._tokens = [bytes.fromhex(d) for d in check_token_sha256 or []]
 
     def routes(self) -> dict[tuple[str, str], ASGIApp]:
@@ -104,7 +108,8 @@ class PickCheck:
                     chosen = await self.dispatcher.pick(parsed, headers)
                 finally:
                     otel_context.detach(token)
-                pod = self.outliers.rank(chosen.pods)[0]
+                ranked = self.outliers.rank(chosen.pods)
+                pod = ranked[0]
                 self.dispatcher.dispatched(chosen, pod)  # from here the slot is the ledger's
                 pick_id = self.ledger.open(chosen, pod)
                 answer.extend(
@@ -113,6 +118,9 @@ class PickCheck:
                         (PICK_HEADER.encode(), pick_id.encode()),
                     ]
                 )
+                if self.fallbacks and len(ranked) > 1:
+                    listed = ",".join(p.endpoint.hostport for p in ranked[: 1 + self.fallbacks])
+                    answer.append((_ENDPOINTS, listed.encode()))
 
             # Envoy gave up on the check (its timeout, the client left): no pick, no slot
             if await run_until_disconnect(pick(), receive, lambda: bool(answer)):

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster_gateway.extauthz.check import CHECK_PREFIX, CHECK_TOKEN_HEADER
+from cluster_gateway.extauthz.check import CHECK_PREFIX, CHECK_TOKEN_HEADER, ENDPOINTS_HEADER
 from cluster_gateway.extauthz.ledger import PICK_HEADER
 from cluster_gateway.request_path.headers import DESTINATION_HEADER
 
 CHECK_CLUSTER = "fleetgate-check"
+# The check's ranked list (`x-fleetgate-endpoints: ip:port,ip:port`) becomes dynamic metadata of the
+# ext_authz filter, where an override_host cluster finds the fallbacks for its retries.
+ENDPOINTS_METADATA = {"key": "envoy.filters.http.ext_authz", "path": [{"key": ENDPOINTS_HEADER}]}
 
 
 def ext_authz_filter(
@@ -45,6 +48,7 @@ def ext_authz_filter(
                 "path_prefix": CHECK_PREFIX,
                 "authorization_request": request,
                 "authorization_response": {
+                    "dynamic_metadata_from_headers": {"patterns": [{"exact": ENDPOINTS_HEADER}]},
                     # set, not appended: a client's own copies of these are overwritten
                     "allowed_upstream_headers": {
                         "patterns": [{"exact": DESTINATION_HEADER}, {"exact": PICK_HEADER}]

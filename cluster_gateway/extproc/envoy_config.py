@@ -20,7 +20,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from cluster_gateway.extauthz.envoy_filter import check_cluster, ext_authz_filter, models_route
+from cluster_gateway.extauthz.envoy_filter import (
+    ENDPOINTS_METADATA,
+    check_cluster,
+    ext_authz_filter,
+    models_route,
+)
 from cluster_gateway.extproc.messages import LB_METADATA_NAMESPACE
 from cluster_gateway.request_path.headers import DESTINATION_HEADER
 from common.config.gateway import CircuitBreakers
@@ -59,6 +64,9 @@ LOCAL_REPLY_CONFIG: dict[str, Any] = {
         },
     ],
 }
+
+
+LB_ENDPOINTS = {"key": LB_METADATA_NAMESPACE, "path": [{"key": DESTINATION_HEADER}]}
 
 
 def circuit_breakers(cb: CircuitBreakers) -> dict[str, Any]:
@@ -202,7 +210,7 @@ def envoy_bootstrap(
                 }
             ],
             "clusters": [
-                {**_pods_cluster(pods), "circuit_breakers": breakers},
+                {**_pods_cluster(pods, picker), "circuit_breakers": breakers},
                 *([check_cluster(extproc_host, check_port, breakers)] if check_port is not None else []),
                 {
                     "name": "fleetgate-picker",
@@ -240,7 +248,7 @@ def envoy_bootstrap(
     }
 
 
-def _pods_cluster(pods: list[tuple[str, int]] | None) -> dict[str, Any]:
+def _pods_cluster(pods: list[tuple[str, int]] | None, picker: str = "ext_proc") -> dict[str, Any]:
     if not pods:
         return {
             "name": "model-servers",
@@ -252,7 +260,8 @@ def _pods_cluster(pods: list[tuple[str, int]] | None) -> dict[str, Any]:
     override_host = {
         "@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost",
         "override_host_sources": [
-            {"metadata": {"key": LB_METADATA_NAMESPACE, "path": [{"key": DESTINATION_HEADER}]}},
+            # the ranked list: ext_proc's `envoy.lb` metadata, or what ext_authz made of the check's header
+            {"metadata": ENDPOINTS_METADATA if picker == "ext_authz" else LB_ENDPOINTS},
             {"header": DESTINATION_HEADER},
         ],
         "fallback_policy": {

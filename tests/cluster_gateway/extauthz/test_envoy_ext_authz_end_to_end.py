@@ -112,3 +112,50 @@ async def test_picks_made_by_any_worker_are_released_whichever_process_gets_the_
             )
             assert [r.status_code for r in rs] == [200] * 24
         await until_released(gw)
+
+
+async def test_override_host_mode_fails_over_to_the_checks_ranked_fallbacks(tmp_path: Path) -> None:
+    """STATIC pod cluster + override_host LB: the picked pod is dead, Envoy retries the ranked list
+    the check returned (`x-fleetgate-endpoints`, as ext_authz dynamic metadata)."""
+    specs = [PodSpec(profile="tiny") for _ in range(3)]
+    slow = {"intervalMs": 60000, "maxStalenessMs": 120000}  # the pool keeps believing pod 0 is fine
+    async with SimFleet(specs) as fleet:
+        gw = ClusterGateway(
+            gateway_spec(fleet.urls, extAuthz={"enabled": True}, scrape=slow), port=0, extproc_port=0
+        )
+        await gw.start()
+        try:
+            await wait_ready(gw, len(specs))
+            pods = [(p.endpoint.address, p.endpoint.port) for p in gw.pool.pods()]
+            bootstrap = envoy_bootstrap(
+                listen_port=0,
+                extproc_port=gw.extproc_port,
+                admin_port=0,
+                pods=pods,
+                picker="ext_authz",
+                check_port=gw.bound_port,
+            )
+            async with (
+                envoy_process(bootstrap, tmp_path) as proc,
+                httpx.AsyncClient(base_url=proc.url, timeout=30) as envoy,
+            ):
+                rs = [await envoy.post("/v1/chat/completions", json=chat(f"w{i}")) for i in range(6)]
+                assert [r.status_code for r in rs] == [200] * 6, [r.text for r in rs]
+                for other in fleet.urls[1:]:  # make pod 0 the first choice ...
+                    for _ in range(20):
+                        gw.pool.acquire(other)
+                fleet.set_fault(0, "crash")  # ... and kill it
+                before = served_requests(fleet, 1) + served_requests(fleet, 2)
+                rs = [await envoy.post("/v1/chat/completions", json=chat(f"f{i}")) for i in range(6)]
+                assert [r.status_code for r in rs] == [200] * 6, [r.text for r in rs]
+                assert served_requests(fleet, 1) + served_requests(fleet, 2) == before + 6
+                async with httpx.AsyncClient() as plain:
+                    stats = (await plain.get(f"http://127.0.0.1:{proc.admin}/stats")).text
+                retried = [
+                    ln
+                    for ln in stats.splitlines()
+                    if ln.startswith("cluster.model-servers.upstream_rq_retry_success:")
+                ]
+                assert retried and int(retried[0].split()[-1]) >= 1  # at least the first one failed over
+        finally:
+            await gw.stop()

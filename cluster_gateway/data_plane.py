@@ -16,6 +16,8 @@ from cluster_gateway.auth import build_authenticator
 from cluster_gateway.extauthz.check import CHECK_PREFIX, PickCheck
 from cluster_gateway.extauthz.ledger import PickLedger
 from cluster_gateway.extauthz.release import ReleaseRouter
+from cluster_gateway.extproc.access_log import AccessLogService, OutcomeFeed
+from cluster_gateway.extproc.envoy_token import EnvoyToken
 from cluster_gateway.extproc.server import ExtProcServer, PickerService
 from cluster_gateway.extproc.tls import server_credentials
 from cluster_gateway.observability import GatewayMetrics
@@ -62,6 +64,7 @@ class DataPlane:
         self.forwarder = Forwarder(pool, self.dispatcher, metrics, spec.proxy, outliers=self.outliers)
         # every serving process checks the router's credential (a missing secret: ConfigError here)
         self.auth = build_authenticator(spec.auth)
+        self.envoy_token = EnvoyToken(spec.ext_proc.envoy_token_sha256)
         # Envoy's ext_authz check (extauthz/): picks on the HTTP port, ends via the access log
         self.check: PickCheck | None = None
         self.releases: ReleaseRouter | None = None
@@ -74,7 +77,7 @@ class DataPlane:
                 max_body_bytes=spec.proxy.max_body_bytes,
                 max_json_depth=spec.proxy.max_json_depth,
                 auth=self.auth,
-                check_token_sha256=spec.ext_authz.check_token_sha256,
+                envoy_token=self.envoy_token,
                 fallbacks=spec.ext_proc.fallback_endpoints,
             )
             self.releases = ReleaseRouter(worker, self.check.release)
@@ -119,8 +122,19 @@ class DataPlane:
                 outliers=self.outliers,
                 auth=self.auth,
             )
+            # how Envoy's requests ended: outlier detection (unless the picker reads the response
+            # headers itself) and the ext_authz releases
+            feed = OutcomeFeed(
+                self.pool,
+                self.outliers,
+                self.releases.route if self.releases is not None else None,
+                outcomes=not self.spec.ext_proc.response_headers,
+            )
             self._extproc = ExtProcServer(
-                service, server_credentials(self.spec.ext_proc), reuse_port=reuse_port
+                service,
+                server_credentials(self.spec.ext_proc),
+                reuse_port=reuse_port,
+                access_log=AccessLogService(feed, self.envoy_token),
             )
             grpc_port = await self._extproc.start(self.spec.host, extproc_port)
         return http_port, grpc_port

@@ -17,14 +17,13 @@ The pod's in-flight slot stays open in the ledger until Envoy's access log repor
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 
 from opentelemetry import context as otel_context
 
 from cluster_gateway.auth import GatewayAuthenticator
 from cluster_gateway.extauthz.ledger import PICK_HEADER, OpenPick, PickLedger
+from cluster_gateway.extproc.envoy_token import ENVOY_TOKEN_HEADER, EnvoyToken
 from cluster_gateway.observability import CANCELLED, OK, REJECTED, SHED, UPSTREAM_ERROR, GatewayMetrics
 from cluster_gateway.request_path.dispatch import Dispatcher
 from cluster_gateway.request_path.headers import DESTINATION_HEADER, client_headers, is_internal
@@ -42,8 +41,7 @@ CHECK_PREFIX = (
 )
 _INFERENCE_PATHS = frozenset({COMPLETIONS_PATH, CHAT_PATH})
 _REMOVE_HEADER = b"x-envoy-auth-headers-to-remove"
-CHECK_TOKEN_HEADER = "x-fleetgate-check-token"  # Envoy's proof that the check is its own
-_TOKEN_HEADER = CHECK_TOKEN_HEADER.encode()
+_TOKEN_HEADER = ENVOY_TOKEN_HEADER.encode()
 ENDPOINTS_HEADER = "x-fleetgate-endpoints"  # the ranked list, for override_host's retries
 _ENDPOINTS = ENDPOINTS_HEADER.encode()
 _SET_BY_CHECK = frozenset({DESTINATION_HEADER.encode(), PICK_HEADER.encode()})
@@ -62,7 +60,7 @@ class PickCheck:
         max_body_bytes: int,
         max_json_depth: int = MAX_JSON_DEPTH,
         auth: GatewayAuthenticator,
-        check_token_sha256: list[str] | None = None,
+        envoy_token: EnvoyToken | None = None,
         fallbacks: int = 2,
     ) -> None:
         self.dispatcher = dispatcher
@@ -73,7 +71,7 @@ class PickCheck:
         self.max_depth = max_json_depth
         self.auth = auth
         self.fallbacks = fallbacks
-        self._tokens = [bytes.fromhex(d) for d in check_token_sha256 or []]
+        self.envoy_token = envoy_token or EnvoyToken([])
 
     def routes(self) -> dict[tuple[str, str], ASGIApp]:
         """The check's paths on the gateway's HTTP server (the embedded proxy's route table)."""
@@ -91,7 +89,7 @@ class PickCheck:
             self.metrics.request_done("-", "-", REJECTED)
             await send_error(send, err)
             return
-        if self._tokens and not self._from_envoy(scope):
+        if self.envoy_token.required and not self._from_envoy(scope):
             self.metrics.request_done("-", "-", REJECTED)
             await send_error(send, OpenAIError(403, "Checks are for the gateway's Envoy", code="forbidden"))
             return
@@ -144,14 +142,7 @@ class PickCheck:
         await send_body(send, 200, b"", answer)
 
     def _from_envoy(self, scope: Scope) -> bool:
-        presented = next((v for k, v in scope["headers"] if k == _TOKEN_HEADER), None)
-        if presented is None:
-            return False
-        got = hashlib.sha256(presented).digest()
-        ok = False
-        for d in self._tokens:  # no early exit: constant work whichever entry matches
-            ok |= hmac.compare_digest(got, d)
-        return ok
+        return self.envoy_token.accepts(next((v for k, v in scope["headers"] if k == _TOKEN_HEADER), None))
 
     def release(self, pick_id: str, status: int) -> bool:
         """Envoy logged the end of this pick's request with `status` (0: no response, e.g. reset)."""

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster_gateway.extauthz.check import CHECK_PREFIX, CHECK_TOKEN_HEADER, ENDPOINTS_HEADER
+from cluster_gateway.extauthz.check import CHECK_PREFIX, ENDPOINTS_HEADER
 from cluster_gateway.extauthz.ledger import PICK_HEADER
+from cluster_gateway.extproc.envoy_token import ENVOY_TOKEN_HEADER
 from cluster_gateway.request_path.headers import DESTINATION_HEADER
 
 CHECK_CLUSTER = "fleetgate-check"
@@ -23,13 +24,13 @@ ENDPOINTS_METADATA = {"key": "envoy.filters.http.ext_authz", "path": [{"key": EN
 
 
 def ext_authz_filter(
-    *, max_body_bytes: int, check_timeout_s: float, check_token: str | None = None
+    *, max_body_bytes: int, check_timeout_s: float, envoy_token: str | None = None
 ) -> dict[str, Any]:
-    """`check_token`: sent with every check (`extAuthz.checkTokenSha256` holds its digest); Envoy
+    """`envoy_token`: sent with every check (`extProc.envoyTokenSha256` holds its digest); Envoy
     overwrites a client's header of that name."""
     request: dict[str, Any] = {"allowed_headers": {"patterns": [{"safe_regex": {"regex": ".*"}}]}}
-    if check_token is not None:
-        request["headers_to_add"] = [{"key": CHECK_TOKEN_HEADER, "value": check_token}]
+    if envoy_token is not None:
+        request["headers_to_add"] = [{"key": ENVOY_TOKEN_HEADER, "value": envoy_token}]
     return {
         "name": "envoy.filters.http.ext_authz",
         "typed_config": {

@@ -16,10 +16,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cluster_gateway.extproc.access_log import PICK_HEADER
 from cluster_gateway.pool import PodState
 from cluster_gateway.request_path.dispatch import Pick
 
-PICK_HEADER = "x-fleetgate-pick"
+__all__ = ["PICK_HEADER", "OpenPick", "PickLedger", "owner"]
 
 
 @dataclass(slots=True)

@@ -26,6 +26,7 @@ from cluster_gateway.extauthz.envoy_filter import (
     ext_authz_filter,
     models_route,
 )
+from cluster_gateway.extproc.access_log import access_logger
 from cluster_gateway.extproc.messages import LB_METADATA_NAMESPACE
 from cluster_gateway.request_path.headers import DESTINATION_HEADER
 from common.config.gateway import CircuitBreakers
@@ -102,7 +103,8 @@ def envoy_bootstrap(
     picker: Literal["ext_proc", "ext_authz"] = "ext_proc",
     check_port: int | None = None,
     check_timeout_s: float = 35.0,
-    check_token: str | None = None,
+    envoy_token: str | None = None,
+    access_log_flush_ms: int | None = 50,
 ) -> dict[str, Any]:
     """A static Envoy config (as a dict; dump it as YAML or JSON for `envoy -c`).
 
@@ -115,6 +117,18 @@ def envoy_bootstrap(
     its ext_authz filter instead of opening an ext_proc stream per request (extauthz/envoy_filter.py;
     `check_timeout_s` must exceed the gateway's admission queue timeout).
     """
+    # Outcomes and ext_authz releases through Envoy's gRPC access log (access_log.py), unless the
+    # ext_proc picker reads the response headers itself (then the log would count each twice).
+    loggers = []
+    if access_log_flush_ms is not None and (picker == "ext_authz" or not response_headers):
+        loggers.append(
+            access_logger(
+                cluster="fleetgate-picker",
+                flush_ms=access_log_flush_ms,
+                envoy_token=envoy_token,
+                picks=picker == "ext_authz",
+            )
+        )
     if picker == "ext_authz" and check_port is None:
         raise ValueError("picker='ext_authz' needs check_port (the gateway's HTTP port)")
     breakers = circuit_breakers(limits or CircuitBreakers())
@@ -161,6 +175,7 @@ def envoy_bootstrap(
         "stat_prefix": "inference",
         "stream_idle_timeout": f"{upstream_timeout_s}s",
         "local_reply_config": LOCAL_REPLY_CONFIG,
+        "access_log": loggers,
         "route_config": {
             "name": "inference",
             "virtual_hosts": [
@@ -176,7 +191,7 @@ def envoy_bootstrap(
         },
         "http_filters": [
             ext_authz_filter(
-                max_body_bytes=max_body_bytes, check_timeout_s=check_timeout_s, check_token=check_token
+                max_body_bytes=max_body_bytes, check_timeout_s=check_timeout_s, envoy_token=envoy_token
             )
             if picker == "ext_authz"
             else {"name": "envoy.filters.http.ext_proc", "typed_config": ext_proc},

@@ -226,6 +226,9 @@ class Proxy(_Base, kw_only=True):
     retry_budget: RetryBudget = msgspec.field(default_factory=RetryBudget)
 
 
+Sha256Hex = Annotated[str, Meta(pattern="^[0-9a-f]{64}$")]
+
+
 class CircuitBreakers(_Base, kw_only=True):
     """Envoy circuit-breaker thresholds for the picker and model-server clusters.
 
@@ -252,6 +255,11 @@ class ExtProc(_Base, kw_only=True):
     # InferencePool's endpoint picker over TLS, as the reference picker serves by default.
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
+    # SHA-256 hex of the token Envoy presents (the bootstrap's `envoy_token`) on the ext_authz check
+    # (`x-fleetgate-envoy-token` header) and its access-log stream (gRPC metadata): without it anyone
+    # who reaches those ports could take pod slots for `extAuthz.slotTtlS` or forge log entries that
+    # eject pods. Empty: accepted from any caller (checks still verify the client's `auth`).
+    envoy_token_sha256: list[Sha256Hex] = msgspec.field(default_factory=list)
 
 
 class GlobalRouterLink(_Base, kw_only=True):
@@ -265,9 +273,6 @@ class GlobalRouterLink(_Base, kw_only=True):
     ca_file: str | None = None
 
 
-Sha256Hex = Annotated[str, Meta(pattern="^[0-9a-f]{64}$")]
-
-
 class ExtAuthz(_Base, kw_only=True):
     """Envoy's ext_authz HTTP filter as the endpoint picker (cluster_gateway/extauthz/).
 
@@ -279,10 +284,6 @@ class ExtAuthz(_Base, kw_only=True):
 
     enabled: bool = False
     slot_ttl_s: Annotated[float, Meta(ge=1.0, le=3600.0)] = 120.0
-    # SHA-256 hex of the token Envoy adds to each check (`x-fleetgate-check-token`, the bootstrap's
-    # `check_token`): without it anyone who reaches the HTTP port could take pod slots for up to
-    # `slotTtlS`. Empty: checks are accepted from any caller that passes `auth`.
-    check_token_sha256: list[Sha256Hex] = msgspec.field(default_factory=list)
 
 
 class GatewayAuth(_Base, kw_only=True):

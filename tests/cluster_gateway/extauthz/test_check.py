@@ -122,13 +122,13 @@ def test_slot_ttl_is_bounded(ttl: float) -> None:
         )
 
 
-async def test_with_a_check_token_only_envoy_may_ask() -> None:
+async def test_with_an_envoy_token_only_envoy_may_ask() -> None:
     token = "envoy-only-token"
-    p = plane(extAuthz={"enabled": True, "checkTokenSha256": [hashlib.sha256(token.encode()).hexdigest()]})
+    p = plane(extProc={"envoyTokenSha256": [hashlib.sha256(token.encode()).hexdigest()]})
     async with client(p) as c:
         stranger = await c.post(CHAT, json=chat())
-        wrong = await c.post(CHAT, json=chat(), headers={"x-fleetgate-check-token": "guess"})
-        envoy = await c.post(CHAT, json=chat(), headers={"x-fleetgate-check-token": token})
+        wrong = await c.post(CHAT, json=chat(), headers={"x-fleetgate-envoy-token": "guess"})
+        envoy = await c.post(CHAT, json=chat(), headers={"x-fleetgate-envoy-token": token})
     assert (
         stranger.status_code == wrong.status_code == 403 and stranger.json()["error"]["code"] == "forbidden"
     )

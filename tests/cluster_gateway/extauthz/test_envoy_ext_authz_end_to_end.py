@@ -36,7 +36,9 @@ async def stack(
 ) -> AsyncIterator[tuple[SimFleet, ClusterGateway, httpx.AsyncClient]]:
     digest = hashlib.sha256(TOKEN.encode()).hexdigest()
     async with SimFleet(specs) as fleet:
-        spec = gateway_spec(fleet.urls, extAuthz={"enabled": True, "checkTokenSha256": [digest]}, **overrides)
+        spec = gateway_spec(
+            fleet.urls, extAuthz={"enabled": True}, extProc={"envoyTokenSha256": [digest]}, **overrides
+        )
         gw = ClusterGateway(spec, port=0, extproc_port=0, workers=workers)
         await gw.start()
         try:
@@ -47,7 +49,7 @@ async def stack(
                 admin_port=0,
                 picker="ext_authz",
                 check_port=gw.bound_port,
-                check_token=TOKEN,
+                envoy_token=TOKEN,
             )
             async with (
                 envoy_process(bootstrap, tmp) as envoy,

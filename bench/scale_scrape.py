@@ -527,12 +527,53 @@ class _LoadClient:
             self._child.join(5)
 
 
+@dataclass(frozen=True)
+class ScrapeCase:
+    """What one gateway asks a pod under traffic in a B window."""
+
+    label: str
+    measure_speed: bool  # the 1/s scrape that adds the latency histograms' sums/counts (an agent)
+    drop: frozenset[str] = frozenset()  # sample names left out of every scrape (a what-if)
+
+
+# Families a fast scrape asks for that routing does not read every 100 ms: the cache geometry is
+# fixed at start-up and the prefix counters feed only the (unused by routing) hit-rate window.
+_NOT_ROUTING = frozenset(
+    {
+        "vllm:cache_config_info",
+        "vllm:prefix_cache_hits_total",
+        "vllm:prefix_cache_queries_total",
+        "vllm:gpu_prefix_cache_hits_total",
+        "vllm:gpu_prefix_cache_queries_total",
+        "vllm:gpu_prefix_cache_hit_rate",
+    }
+)
+SCRAPE_CASES = (
+    ScrapeCase("fast scrapes only (no agent)", False),
+    ScrapeCase("fast + 1/s latency sums (agent configured)", True),
+    ScrapeCase("what-if: fast scrapes without cache config and prefix counters", False, _NOT_ROUTING),
+)
+
+
+def _fetch_without(drop: frozenset[str]) -> Any:
+    def names(engine: Any, *, perf: bool) -> frozenset[str]:
+        return fetch_names(engine, perf=perf) - drop
+
+    return names
+
+
 async def _window(
-    pid: int, client: _LoadClient, seconds: float, settle: float, scrape: Scrape | None, port: int
+    pid: int, client: _LoadClient, seconds: float, settle: float, case: ScrapeCase | None, port: int
 ) -> _Window:
-    """One measurement window of the API server's CPU: traffic only (`scrape` None) or traffic plus
-    one gateway scraper (its first scrapes and connection inside the unmeasured `settle`)."""
-    scraper = Scraper(_pool([port]), scrape, measure_speed=True) if scrape is not None else None
+    """One measurement window of the API server's CPU: traffic only (`case` None) or traffic plus
+    one gateway scraper at the fast interval (its first scrapes and connection inside the
+    unmeasured `settle`)."""
+    from cluster_gateway.metrics import scraper as scraper_module
+
+    fast = Scrape(interval_ms=INTERVAL_MS, filter=True, idle_after_scrapes=0, engine="vllm")
+    scraper = Scraper(_pool([port]), fast, measure_speed=case.measure_speed) if case is not None else None
+    if case is not None and case.drop:
+        scraper_module.fetch_names = _fetch_without(case.drop)  # type: ignore[assignment]
     task = asyncio.create_task(scraper.run()) if scraper is not None else None
     count = "fleetgate_scrape_duration_seconds_count"
 
@@ -548,20 +589,20 @@ async def _window(
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        scraper_module.fetch_names = fetch_names  # type: ignore[assignment]
     return _Window(c1 - c0, t1 - t0, n1 - n0, r1 - r0, e1 - e0, f1 - f0)
 
 
 async def _ab_windows(
-    pid: int, client: _LoadClient, port: int, pairs: int, seconds: float, cases: dict[str, Scrape | None]
-) -> dict[str, list[_Window]]:
-    """Windows of every case in turn, `pairs` rounds; the order rotates each round (A B, B A, ...)
-    so a drift in the machine's load falls on every case alike."""
-    out: dict[str, list[_Window]] = {k: [] for k in cases}
-    keys = list(cases)
+    pid: int, client: _LoadClient, port: int, pairs: int, seconds: float, cases: tuple[ScrapeCase, ...]
+) -> list[list[_Window]]:
+    """`pairs` rounds of one window without scrapes (index 0) and one per case; the order rotates
+    each round (A B C, B C A, ...) so a drift in the machine's load falls on every case alike."""
+    slots: list[ScrapeCase | None] = [None, *cases]
+    out: list[list[_Window]] = [[] for _ in slots]
     for i in range(pairs):
-        order = keys[i % len(keys) :] + keys[: i % len(keys)]
-        for key in order:
-            out[key].append(await _window(pid, client, seconds, 0.6, cases[key], port))
+        for j in [(i + k) % len(slots) for k in range(len(slots))]:
+            out[j].append(await _window(pid, client, seconds, 0.6, slots[j], port))
     return out
 
 
@@ -574,13 +615,14 @@ class TrafficLevel:
 TRAFFIC_LEVELS = (TrafficLevel(8), TrafficLevel(32))  # ~8 and ~32 req/s of 1 s streams: 400, 1,600 chunks/s
 
 
-def traffic_rows(pairs: int, seconds: float, levels: tuple[TrafficLevel, ...]) -> list[Row]:
+def traffic_rows(
+    pairs: int, seconds: float, levels: tuple[TrafficLevel, ...], cases: tuple[ScrapeCase, ...] = SCRAPE_CASES
+) -> list[Row]:
     """A pod under traffic: vLLM's API-server wiring with a completions route, `level.streams`
     streams kept open by a load client in another process; alternating windows of traffic only (A)
-    and traffic + one gateway's scraper at the fast interval (B). The row is the median over the
-    pairs of the B - A difference of the API server's CPU, as a share of a core."""
+    and traffic + one gateway's scraper at the fast interval (B, one per case). Each row is the
+    median over the rounds of the B - A difference of the API server's CPU, as a share of a core."""
     ctx = multiprocessing.get_context("spawn")
-    fast = Scrape(interval_ms=INTERVAL_MS, filter=True, idle_after_scrapes=0, engine="vllm")
     out = []
     for level in levels:
         port, ready = ctx.Value("i", 0), ctx.Event()
@@ -591,17 +633,18 @@ def traffic_rows(pairs: int, seconds: float, levels: tuple[TrafficLevel, ...]) -
                 raise RuntimeError("the vLLM-wiring app did not start")
             with _LoadClient(port.value, level.streams, level.tokens) as client:
                 time.sleep(1.5)  # streams open, caches warm
-                runs = run_loop(
-                    _ab_windows(child.pid, client, port.value, pairs, seconds, {"A": None, "B": fast})
-                )
-            out += _traffic_level_rows(level, runs["A"], runs["B"])
+                runs = run_loop(_ab_windows(child.pid, client, port.value, pairs, seconds, cases))
+            for case, b in zip(cases, runs[1:], strict=True):
+                out += _traffic_level_rows(level, case, runs[0], b)
         finally:
             child.terminate()
             child.join(10)
     return out
 
 
-def _traffic_level_rows(level: TrafficLevel, a: list[_Window], b: list[_Window]) -> list[Row]:
+def _traffic_level_rows(
+    level: TrafficLevel, case: ScrapeCase, a: list[_Window], b: list[_Window]
+) -> list[Row]:
     st = pair_stats(a, b)
     mean, half = st.ci95()
     wall = sum(w.wall_s for w in a + b)
@@ -609,27 +652,15 @@ def _traffic_level_rows(level: TrafficLevel, a: list[_Window], b: list[_Window])
     chunks = sum(w.events for w in a + b) / wall
     failed = sum(w.failed for w in a + b)
     base = statistics.median(w.cpu_s / w.wall_s for w in a) * 100
-    label = (
-        f"vLLM API server under traffic ({level.streams} open streams): marginal CPU of one gateway's scrapes"
-    )
+    rate = max(st.scrapes_per_s, 1e-9)
+    label = f"pod under traffic ({level.streams} streams), {case.label}: marginal API-server CPU"
     note = (
-        f"median of {len(st.diffs)} A/B pairs; min {min(st.diffs) * 100:.2f}%, max {max(st.diffs) * 100:.2f}%, "
-        f"mean {mean * 100:.2f} ± {half * 100:.2f}% (95%); {st.scrapes_per_s:.1f} scrapes/s; "
-        f"traffic {reqs:.1f} req/s, {chunks:,.0f} chunks/s, server {base:.1f}% of a core without scrapes"
-        + (f"; {failed} failed requests" if failed else "")
+        f"median of {len(st.diffs)} A/B pairs, min {min(st.diffs) * 100:.2f}, max {max(st.diffs) * 100:.2f}, "
+        f"mean {mean * 100:.2f} ± {half * 100:.2f} (95%); {st.scrapes_per_s:.1f} scrapes/s, "
+        f"{st.median / rate * 1e6:,.0f} µs each; traffic {reqs:.1f} req/s, {chunks:,.0f} chunks/s, "
+        f"server {base:.1f}% without scrapes" + (f"; {failed} failed requests" if failed else "")
     )
-    per = st.median / max(st.scrapes_per_s, 1e-9) * 1e6
-    per_note = f"median pair difference / scrapes/s; mean {mean / max(st.scrapes_per_s, 1e-9) * 1e6:,.0f} µs"
-    return [
-        Row(label, 1, st.median * 100, "% of a core", note),
-        Row(
-            f"vLLM API server under traffic ({level.streams} open streams): CPU per scrape",
-            1,
-            per,
-            "µs CPU",
-            per_note,
-        ),
-    ]
+    return [Row(label, 1, st.median * 100, "% of a core", note)]
 
 
 # --- 4. 1,000 pods --------------------------------------------------------------------------------

@@ -11,11 +11,12 @@ scrapes cross, recording the request in vLLM's metric set (running gauge, token 
 histogram), so the filtered body changes between scrapes as a live pod's does. No model runs:
 vLLM's engine core is another process, whose CPU a scrape never touches.
 
+No `from __future__ import annotations` here: FastAPI reads the handlers' annotations at run
+time, and `Request` is imported inside `add_completion_routes` (fastapi is the `bench` extra).
+
 `drive` is the load client: `streams` connections each kept busy with one streamed completion
 after another (closed loop), in its own process so its CPU is not the API server's.
 """
-
-from __future__ import annotations
 
 import asyncio
 import json

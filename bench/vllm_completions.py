@@ -15,7 +15,8 @@ No `from __future__ import annotations` here: FastAPI reads the handlers' annota
 time, and `Request` is imported inside `add_completion_routes` (fastapi is the `bench` extra).
 
 `drive` is the load client: `streams` connections each kept busy with one streamed completion
-after another (closed loop), in its own process so its CPU is not the API server's.
+after another (closed loop, the streams' starts staggered so that every window of the bench sees
+the same request rate), in its own process so its CPU is not the API server's.
 """
 
 import asyncio
@@ -118,7 +119,8 @@ def completion_request(port: int, tokens: int) -> bytes:
 async def _drive(port: int, streams: int, tokens: int, counts: Any, stop: Any) -> None:
     raw = completion_request(port, tokens)
 
-    async def one() -> None:
+    async def one(i: int) -> None:
+        await asyncio.sleep(i * tokens * 0.02 / streams)  # staggered: starts spread evenly in time
         conn: Any = None
         while not stop.is_set():
             if conn is None or conn.closed or not conn.keep_alive:
@@ -134,7 +136,7 @@ async def _drive(port: int, streams: int, tokens: int, counts: Any, stop: Any) -
         if conn is not None:
             conn.close()
 
-    await asyncio.gather(*(one() for _ in range(streams)))
+    await asyncio.gather(*(one(i) for i in range(streams)))
 
 
 def drive(port: int, streams: int, tokens: int, counts: Any, stop: Any) -> None:

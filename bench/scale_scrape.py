@@ -15,7 +15,15 @@ wall-clock and so depends on the machine's load, which the table notes.
    of a simulator pod, under one gateway's scrapes: unfiltered, filtered at `/metrics` (the product
    before), filtered at `/metrics/` (now) at 10 scrapes/s as for a pod under traffic, and for an
    idle pod at the idle interval. Net of the pod's idle CPU, read from the kernel's per-process CPU
-   clock (ns resolution; /proc ticks are 10 ms, 0.3% of a core over 3 s).
+   clock (ns resolution; /proc ticks are 10 ms, 0.3% of a core over 3 s). The same wiring in process
+   (no socket): µs of CPU per `/metrics/` request for the fast and the slow (latency sums) scrape.
+3b. a pod under traffic (the case the fast interval is for: the cadence slows idle pods down): the
+   vLLM wiring with a vLLM-shaped streaming `/v1/completions` route (`bench.vllm_completions`), K
+   streams kept open by a load client in another process; rounds of windows without scrapes (A) and
+   with one gateway's scraper at 100 ms (B: no agent, with an agent's 1/s latency sums, a what-if
+   without the families routing does not read every scrape, 4 gateways for a per-scrape figure with
+   4x the signal), in rotating order. Each row: the median over rounds of B - A of the API server's
+   CPU share, with min, max and a 95% interval of the mean; at 8 and 32 streams.
 4. 1,000 pods from one simulator process pair, one scraper at the default 100 ms interval (every
    pod at the fast interval: the adaptive idle interval off, the strict case), CPU budget 1 core,
    with CPython's GC defaults (before) and the gateway's GC policy (now, common/gc_policy.py):
@@ -393,6 +401,72 @@ def render_rows(rounds: int) -> list[Row]:
     return out
 
 
+async def _asgi_get(app: Any, path: str, query: bytes) -> None:
+    """One GET through an ASGI app in process, with the scraper's headers (no socket, no uvicorn)."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": query,
+        "headers": [
+            (b"host", b"pod"),
+            (b"accept-encoding", b"identity"),
+            (b"user-agent", b"fleetgate-scraper"),
+        ],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 8000),
+    }
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        return None
+
+    await app(scope, receive, send)
+
+
+def asgi_rows(rounds: int) -> list[Row]:
+    """µs of CPU per scrape request through vLLM's API-server wiring in process (FastAPI, CORS,
+    the instrumentator's middleware, the Mount, prometheus_client's render), warm: what a scrape
+    costs the pod beyond uvicorn's HTTP handling, per set of families asked for."""
+    from urllib.parse import urlencode
+
+    app, exact = _vllm_api_server(vllm_registry(), completions=True)
+    if not exact:
+        return []
+    fast = fetch_names("vllm", perf=False)
+    cases = (
+        ("fast scrape (now)", fast),
+        ("fast scrape without cache config and prefix counters (what-if)", fast - _NOT_ROUTING),
+        ("slow scrape with the latency sums/counts (1/s with an agent)", fetch_names("vllm", perf=True)),
+    )
+
+    async def per_call(query: bytes) -> float:
+        for _ in range(20):
+            await _asgi_get(app, "/metrics/", query)
+        out = []
+        for _ in range(5):
+            t0 = time.process_time()
+            for _ in range(rounds):
+                await _asgi_get(app, "/metrics/", query)
+            out.append((time.process_time() - t0) / rounds * 1e6)
+        return statistics.median(out)
+
+    rows = []
+    for label, names in cases:
+        query = urlencode([("name[]", n) for n in sorted(names)]).encode()
+        us = run_loop(per_call(query))
+        note = f"{len(names)} names; in process, no socket; warm"
+        rows.append(Row(f"vLLM API server wiring, one /metrics/ request: {label}", 1, us, "µs CPU", note))
+    return rows
+
+
 @dataclass(frozen=True)
 class _PodCase:
     label: str
@@ -534,6 +608,7 @@ class ScrapeCase:
     label: str
     measure_speed: bool  # the 1/s scrape that adds the latency histograms' sums/counts (an agent)
     drop: frozenset[str] = frozenset()  # sample names left out of every scrape (a what-if)
+    gateways: int = 1  # as many pool entries for the pod: that many gateways' scrapes (more signal)
 
 
 # Families a fast scrape asks for that routing does not read every 100 ms: the cache geometry is
@@ -552,6 +627,7 @@ SCRAPE_CASES = (
     ScrapeCase("fast scrapes only (no agent)", False),
     ScrapeCase("fast + 1/s latency sums (agent configured)", True),
     ScrapeCase("what-if: fast scrapes without cache config and prefix counters", False, _NOT_ROUTING),
+    ScrapeCase("4 gateways' fast scrapes (no agent)", False, gateways=4),
 )
 
 
@@ -571,7 +647,8 @@ async def _window(
     from cluster_gateway.metrics import scraper as scraper_module
 
     fast = Scrape(interval_ms=INTERVAL_MS, filter=True, idle_after_scrapes=0, engine="vllm")
-    scraper = Scraper(_pool([port]), fast, measure_speed=case.measure_speed) if case is not None else None
+    pool = _pool([port] * (case.gateways if case is not None else 1))
+    scraper = Scraper(pool, fast, measure_speed=case.measure_speed) if case is not None else None
     if case is not None and case.drop:
         scraper_module.fetch_names = _fetch_without(case.drop)  # type: ignore[assignment]
     task = asyncio.create_task(scraper.run()) if scraper is not None else None
@@ -654,10 +731,12 @@ def _traffic_level_rows(
     base = statistics.median(w.cpu_s / w.wall_s for w in a) * 100
     rate = max(st.scrapes_per_s, 1e-9)
     label = f"pod under traffic ({level.streams} streams), {case.label}: marginal API-server CPU"
+    per_scrape = st.median / rate
+    at_fast = f"; {per_scrape * 10 * 100:.2f}% at 10 scrapes/s" if case.gateways > 1 else ""
     note = (
         f"median of {len(st.diffs)} A/B pairs, min {min(st.diffs) * 100:.2f}, max {max(st.diffs) * 100:.2f}, "
         f"mean {mean * 100:.2f} ± {half * 100:.2f} (95%); {st.scrapes_per_s:.1f} scrapes/s, "
-        f"{st.median / rate * 1e6:,.0f} µs each; traffic {reqs:.1f} req/s, {chunks:,.0f} chunks/s, "
+        f"{per_scrape * 1e6:,.0f} µs each{at_fast}; traffic {reqs:.1f} req/s, {chunks:,.0f} chunks/s, "
         f"server {base:.1f}% without scrapes" + (f"; {failed} failed requests" if failed else "")
     )
     return [Row(label, 1, st.median * 100, "% of a core", note)]
@@ -702,6 +781,7 @@ def rows(quick: bool = False, pods: int = 1000) -> list[Row]:
     out = parse_rows(300 if quick else 2000)
     out += whole_scrape_rows(50, seconds)
     out += pod_side_rows(seconds)
+    out += asgi_rows(100 if quick else 500)
     out += traffic_rows(3 if quick else 7, 2.0 if quick else 4.0, TRAFFIC_LEVELS)
     out += fleet_rows(pods, seconds)
     return out

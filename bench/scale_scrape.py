@@ -20,9 +20,8 @@ wall-clock and so depends on the machine's load, which the table notes.
 3b. a pod under traffic (the case the fast interval is for: the cadence slows idle pods down): the
    vLLM wiring with a vLLM-shaped streaming `/v1/completions` route (`bench.vllm_completions`), K
    streams kept open by a load client in another process; rounds of windows without scrapes (A) and
-   with one gateway's scraper at 100 ms (B: no agent, with an agent's 1/s latency sums, a what-if
-   without the families routing does not read every scrape, 4 gateways for a per-scrape figure with
-   4x the signal), in rotating order. Each row: the median over rounds of B - A of the API server's
+   with one gateway's scraper at 100 ms (B: the fast scrape's families before and now, with an
+   agent's 1/s latency sums, 4 gateways for a per-scrape figure with 4x the signal), in rotating order. Each row: the median over rounds of B - A of the API server's
    CPU share, with min, max and a 95% interval of the mean; at 8 and 32 streams.
 4. 1,000 pods from one simulator process pair, one scraper at the default 100 ms interval (every
    pod at the fast interval: the adaptive idle interval off, the strict case), CPU budget 1 core,
@@ -442,8 +441,8 @@ def asgi_rows(rounds: int) -> list[Row]:
         return []
     fast = fetch_names("vllm", perf=False)
     cases = (
+        ("fast scrape with cache config and prefix counters (before)", fast | _NOT_ROUTING),
         ("fast scrape (now)", fast),
-        ("fast scrape without cache config and prefix counters (what-if)", fast - _NOT_ROUTING),
         ("slow scrape with the latency sums/counts (1/s with an agent)", fetch_names("vllm", perf=True)),
     )
 
@@ -607,12 +606,12 @@ class ScrapeCase:
 
     label: str
     measure_speed: bool  # the 1/s scrape that adds the latency histograms' sums/counts (an agent)
-    drop: frozenset[str] = frozenset()  # sample names left out of every scrape (a what-if)
+    add: frozenset[str] = frozenset()  # sample names added to every fast scrape (the product before)
     gateways: int = 1  # as many pool entries for the pod: that many gateways' scrapes (more signal)
 
 
-# Families a fast scrape asks for that routing does not read every 100 ms: the cache geometry is
-# fixed at start-up and the prefix counters feed only the (unused by routing) hit-rate window.
+# Families the fast scrape asked for before they moved to the slow one (engines.py `slow_only`):
+# the cache geometry is fixed at start-up and the prefix counters feed only the hit-rate window.
 _NOT_ROUTING = frozenset(
     {
         "vllm:cache_config_info",
@@ -624,16 +623,16 @@ _NOT_ROUTING = frozenset(
     }
 )
 SCRAPE_CASES = (
-    ScrapeCase("fast scrapes only (no agent)", False),
-    ScrapeCase("fast + 1/s latency sums (agent configured)", True),
-    ScrapeCase("what-if: fast scrapes without cache config and prefix counters", False, _NOT_ROUTING),
+    ScrapeCase("fast scrapes with cache config and prefix counters (before), no agent", False, _NOT_ROUTING),
+    ScrapeCase("fast scrapes (now), no agent", False),
+    ScrapeCase("fast scrapes (now) + 1/s latency sums (agent configured)", True),
     ScrapeCase("4 gateways' fast scrapes (no agent)", False, gateways=4),
 )
 
 
-def _fetch_without(drop: frozenset[str]) -> Any:
-    def names(engine: Any, *, perf: bool) -> frozenset[str]:
-        return fetch_names(engine, perf=perf) - drop
+def _fetch_with(add: frozenset[str]) -> Any:
+    def names(engine: Any, *, perf: bool, slow: bool | None = None) -> frozenset[str]:
+        return fetch_names(engine, perf=perf, slow=slow) | add
 
     return names
 
@@ -649,8 +648,8 @@ async def _window(
     fast = Scrape(interval_ms=INTERVAL_MS, filter=True, idle_after_scrapes=0, engine="vllm")
     pool = _pool([port] * (case.gateways if case is not None else 1))
     scraper = Scraper(pool, fast, measure_speed=case.measure_speed) if case is not None else None
-    if case is not None and case.drop:
-        scraper_module.fetch_names = _fetch_without(case.drop)  # type: ignore[assignment]
+    if case is not None and case.add:
+        scraper_module.fetch_names = _fetch_with(case.add)  # type: ignore[assignment]
     task = asyncio.create_task(scraper.run()) if scraper is not None else None
     count = "fleetgate_scrape_duration_seconds_count"
 

@@ -15,7 +15,14 @@ wall-clock and so depends on the machine's load, which the table notes.
    of a simulator pod, under one gateway's scrapes: unfiltered, filtered at `/metrics` (the product
    before), filtered at `/metrics/` (now) at 10 scrapes/s as for a pod under traffic, and for an
    idle pod at the idle interval. Net of the pod's idle CPU, read from the kernel's per-process CPU
-   clock (ns resolution; /proc ticks are 10 ms, 0.3% of a core over 3 s).
+   clock (ns resolution; /proc ticks are 10 ms, 0.3% of a core over 3 s). The same wiring in process
+   (no socket): µs of CPU per `/metrics/` request for the fast and the slow (latency sums) scrape.
+3b. a pod under traffic (the case the fast interval is for: the cadence slows idle pods down): the
+   vLLM wiring with a vLLM-shaped streaming `/v1/completions` route (`bench.vllm_completions`), K
+   streams kept open by a load client in another process; rounds of windows without scrapes (A) and
+   with one gateway's scraper at 100 ms (B: the fast scrape's families before and now, with an
+   agent's 1/s latency sums, 4 gateways for a per-scrape figure with 4x the signal), in rotating order. Each row: the median over rounds of B - A of the API server's
+   CPU share, with min, max and a 95% interval of the mean; at 8 and 32 streams.
 4. 1,000 pods from one simulator process pair, one scraper at the default 100 ms interval (every
    pod at the fast interval: the adaptive idle interval off, the strict case), CPU budget 1 core,
    with CPython's GC defaults (before) and the gateway's GC policy (now, common/gc_policy.py):
@@ -40,6 +47,7 @@ from typing import Any, TypeVar
 from bench import report
 from bench.procstat import process_cpu_clock
 from bench.promtext_bench import vllm_metrics_body, vllm_registry
+from bench.vllm_completions import add_completion_routes, drive
 from cluster_gateway.metrics.engines import fetch_names, read_pod_sample
 from cluster_gateway.metrics.filtered import FILTERED_BASE
 from cluster_gateway.metrics.scraper import Scraper
@@ -287,10 +295,12 @@ class _VllmRouting:
             await self._mounted(scope, receive, send)
 
 
-def _vllm_api_server(registry: Any) -> tuple[Any, bool]:
+def _vllm_api_server(registry: Any, completions: bool = False) -> tuple[Any, bool]:
     """(app, exact): vLLM's API server /metrics wiring (`vllm/entrypoints/serve/instrumentator/
     metrics.py`, CORS as `build_app` adds it) when fastapi and prometheus-fastapi-instrumentator are
-    installed (the `bench` extra), else `_VllmRouting` (same routing, no FastAPI per-request cost)."""
+    installed (the `bench` extra), else `_VllmRouting` (same routing, no FastAPI per-request cost).
+    `completions`: with vLLM-shaped `/v1/completions` and `/v1/models` routes, registered before
+    the metrics routes as `build_app` includes its router before `mount_metrics`."""
     try:
         import re
 
@@ -302,6 +312,8 @@ def _vllm_api_server(registry: Any) -> tuple[Any, bool]:
     except ImportError:
         return _VllmRouting(registry), False
     app = FastAPI()
+    if completions:
+        add_completion_routes(app, registry)
     excluded = ["/metrics", "/health", "/health/decode", "/load", "/ping", "/version", "/server_info"]
     Instrumentator(excluded_handlers=excluded, registry=registry).add().instrument(app).expose(app)
     route = Mount("/metrics", make_asgi_app(registry=registry))
@@ -313,7 +325,8 @@ def _vllm_api_server(registry: Any) -> tuple[Any, bool]:
 
 def _serve_prometheus_app(port_out: Any, ready: Any, wiring: str = "bare") -> None:
     """vLLM's metric set under uvicorn on uvloop, as vLLM's API server runs it: `bare` is
-    prometheus_client's ASGI app alone, `vllm` the API server's wiring (`_vllm_api_server`)."""
+    prometheus_client's ASGI app alone, `vllm` the API server's wiring (`_vllm_api_server`),
+    `traffic` that wiring with the completions routes (`bench.vllm_completions`)."""
     import uvicorn
     from prometheus_client import make_asgi_app
 
@@ -321,7 +334,7 @@ def _serve_prometheus_app(port_out: Any, ready: Any, wiring: str = "bare") -> No
     sock.bind(("127.0.0.1", 0))
     port_out.value = sock.getsockname()[1]
     registry = vllm_registry()
-    app = make_asgi_app(registry) if wiring == "bare" else _vllm_api_server(registry)[0]
+    app = make_asgi_app(registry) if wiring == "bare" else _vllm_api_server(registry, wiring == "traffic")[0]
     config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False, timeout_keep_alive=5)
     server = uvicorn.Server(config)
 
@@ -337,6 +350,10 @@ def _serve_prometheus_app(port_out: Any, ready: Any, wiring: str = "bare") -> No
 
 def _serve_vllm_app(port_out: Any, ready: Any) -> None:
     _serve_prometheus_app(port_out, ready, "vllm")
+
+
+def _serve_traffic_app(port_out: Any, ready: Any) -> None:
+    _serve_prometheus_app(port_out, ready, "traffic")
 
 
 def _serve_sim_pod(port_out: Any, ready: Any) -> None:
@@ -383,6 +400,72 @@ def render_rows(rounds: int) -> list[Row]:
     return out
 
 
+async def _asgi_get(app: Any, path: str, query: bytes) -> None:
+    """One GET through an ASGI app in process, with the scraper's headers (no socket, no uvicorn)."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": query,
+        "headers": [
+            (b"host", b"pod"),
+            (b"accept-encoding", b"identity"),
+            (b"user-agent", b"fleetgate-scraper"),
+        ],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 8000),
+    }
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        return None
+
+    await app(scope, receive, send)
+
+
+def asgi_rows(rounds: int) -> list[Row]:
+    """µs of CPU per scrape request through vLLM's API-server wiring in process (FastAPI, CORS,
+    the instrumentator's middleware, the Mount, prometheus_client's render), warm: what a scrape
+    costs the pod beyond uvicorn's HTTP handling, per set of families asked for."""
+    from urllib.parse import urlencode
+
+    app, exact = _vllm_api_server(vllm_registry(), completions=True)
+    if not exact:
+        return []
+    fast = fetch_names("vllm", perf=False)
+    cases = (
+        ("fast scrape with cache config and prefix counters (before)", fast | _NOT_ROUTING),
+        ("fast scrape (now)", fast),
+        ("slow scrape with the latency sums/counts (1/s with an agent)", fetch_names("vllm", perf=True)),
+    )
+
+    async def per_call(query: bytes) -> float:
+        for _ in range(20):
+            await _asgi_get(app, "/metrics/", query)
+        out = []
+        for _ in range(5):
+            t0 = time.process_time()
+            for _ in range(rounds):
+                await _asgi_get(app, "/metrics/", query)
+            out.append((time.process_time() - t0) / rounds * 1e6)
+        return statistics.median(out)
+
+    rows = []
+    for label, names in cases:
+        query = urlencode([("name[]", n) for n in sorted(names)]).encode()
+        us = run_loop(per_call(query))
+        note = f"{len(names)} names; in process, no socket; warm"
+        rows.append(Row(f"vLLM API server wiring, one /metrics/ request: {label}", 1, us, "µs CPU", note))
+    return rows
+
+
 @dataclass(frozen=True)
 class _PodCase:
     label: str
@@ -394,7 +477,7 @@ class _PodCase:
 _CASES = (
     _PodCase("unfiltered, 10 scrapes/s (before)", False, True, False),
     _PodCase("name[] at /metrics, 10 scrapes/s (before)", True, False, False),
-    _PodCase("name[] at /metrics/, 10 scrapes/s: a pod under traffic (now)", True, True, False),
+    _PodCase("name[] at /metrics/, 10 scrapes/s, server otherwise idle (now)", True, True, False),
     _PodCase("name[] at /metrics/, idle pod at idleIntervalMs (now)", True, True, True),
 )
 
@@ -448,6 +531,216 @@ def pod_side_rows(seconds: float) -> list[Row]:
     return out
 
 
+# --- 3b. the pod's side under traffic -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Window:
+    cpu_s: float  # the API server's CPU over the window
+    wall_s: float
+    scrapes: float
+    requests: int  # completed by the load client
+    events: int  # SSE chunks received by the load client
+    failed: int
+
+
+@dataclass(frozen=True)
+class PairStats:
+    """Per-pair differences B - A of the API server's CPU share (cores) and their spread."""
+
+    diffs: list[float]
+    scrapes_per_s: float
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.diffs)
+
+    def ci95(self) -> tuple[float, float]:
+        """Mean ± Student's t 95% half-width (n - 1 degrees of freedom)."""
+        mean = statistics.fmean(self.diffs)
+        if len(self.diffs) < 2:
+            return mean, float("nan")
+        t = _T95.get(len(self.diffs) - 1, 2.0)
+        return mean, t * statistics.stdev(self.diffs) / len(self.diffs) ** 0.5
+
+
+_T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 11: 2.20}
+
+
+def pair_stats(a: list[_Window], b: list[_Window]) -> PairStats:
+    diffs = [wb.cpu_s / wb.wall_s - wa.cpu_s / wa.wall_s for wa, wb in zip(a, b, strict=True)]
+    rate = sum(w.scrapes for w in b) / sum(w.wall_s for w in b)
+    return PairStats(diffs, rate)
+
+
+class _LoadClient:
+    """`bench.vllm_completions.drive` in a child process: `streams` streamed completions kept open."""
+
+    def __init__(self, port: int, streams: int, tokens: int) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.counts = ctx.Array("q", 3)
+        self._stop = ctx.Event()
+        self._child = ctx.Process(
+            target=drive, args=(port, streams, tokens, self.counts, self._stop), daemon=True
+        )
+
+    def snapshot(self) -> tuple[int, int, int]:
+        with self.counts.get_lock():
+            return self.counts[0], self.counts[1], self.counts[2]
+
+    def __enter__(self) -> _LoadClient:
+        self._child.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._child.join(15)
+        if self._child.is_alive():
+            self._child.terminate()
+            self._child.join(5)
+
+
+@dataclass(frozen=True)
+class ScrapeCase:
+    """What one gateway asks a pod under traffic in a B window."""
+
+    label: str
+    measure_speed: bool  # the 1/s scrape that adds the latency histograms' sums/counts (an agent)
+    add: frozenset[str] = frozenset()  # sample names added to every fast scrape (the product before)
+    gateways: int = 1  # as many pool entries for the pod: that many gateways' scrapes (more signal)
+
+
+# Families the fast scrape asked for before they moved to the slow one (engines.py `slow_only`):
+# the cache geometry is fixed at start-up and the prefix counters feed only the hit-rate window.
+_NOT_ROUTING = frozenset(
+    {
+        "vllm:cache_config_info",
+        "vllm:prefix_cache_hits_total",
+        "vllm:prefix_cache_queries_total",
+        "vllm:gpu_prefix_cache_hits_total",
+        "vllm:gpu_prefix_cache_queries_total",
+        "vllm:gpu_prefix_cache_hit_rate",
+    }
+)
+SCRAPE_CASES = (
+    ScrapeCase("fast scrapes with cache config and prefix counters (before), no agent", False, _NOT_ROUTING),
+    ScrapeCase("fast scrapes (now), no agent", False),
+    ScrapeCase("fast scrapes (now) + 1/s latency sums (agent configured)", True),
+    ScrapeCase("4 gateways' fast scrapes (no agent)", False, gateways=4),
+)
+
+
+def _fetch_with(add: frozenset[str]) -> Any:
+    def names(engine: Any, *, perf: bool, slow: bool | None = None) -> frozenset[str]:
+        return fetch_names(engine, perf=perf, slow=slow) | add
+
+    return names
+
+
+async def _window(
+    pid: int, client: _LoadClient, seconds: float, settle: float, case: ScrapeCase | None, port: int
+) -> _Window:
+    """One measurement window of the API server's CPU: traffic only (`case` None) or traffic plus
+    one gateway scraper at the fast interval (its first scrapes and connection inside the
+    unmeasured `settle`)."""
+    from cluster_gateway.metrics import scraper as scraper_module
+
+    fast = Scrape(interval_ms=INTERVAL_MS, filter=True, idle_after_scrapes=0, engine="vllm")
+    pool = _pool([port] * (case.gateways if case is not None else 1))
+    scraper = Scraper(pool, fast, measure_speed=case.measure_speed) if case is not None else None
+    if case is not None and case.add:
+        scraper_module.fetch_names = _fetch_with(case.add)  # type: ignore[assignment]
+    task = asyncio.create_task(scraper.run()) if scraper is not None else None
+    count = "fleetgate_scrape_duration_seconds_count"
+
+    def scrapes() -> float:
+        return (scraper.registry.get_sample_value(count) or 0.0) if scraper is not None else 0.0
+
+    try:
+        await asyncio.sleep(settle)
+        n0, (r0, e0, f0), c0, t0 = scrapes(), client.snapshot(), process_cpu_clock(pid), time.monotonic()
+        await asyncio.sleep(seconds)
+        n1, (r1, e1, f1), c1, t1 = scrapes(), client.snapshot(), process_cpu_clock(pid), time.monotonic()
+    finally:
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        scraper_module.fetch_names = fetch_names  # type: ignore[assignment]
+    return _Window(c1 - c0, t1 - t0, n1 - n0, r1 - r0, e1 - e0, f1 - f0)
+
+
+async def _ab_windows(
+    pid: int, client: _LoadClient, port: int, pairs: int, seconds: float, cases: tuple[ScrapeCase, ...]
+) -> list[list[_Window]]:
+    """`pairs` rounds of one window without scrapes (index 0) and one per case; the order rotates
+    each round (A B C, B C A, ...) so a drift in the machine's load falls on every case alike."""
+    slots: list[ScrapeCase | None] = [None, *cases]
+    out: list[list[_Window]] = [[] for _ in slots]
+    for i in range(pairs):
+        for j in [(i + k) % len(slots) for k in range(len(slots))]:
+            out[j].append(await _window(pid, client, seconds, 0.6, slots[j], port))
+    return out
+
+
+@dataclass(frozen=True)
+class TrafficLevel:
+    streams: int  # concurrent streamed completions kept open
+    tokens: int = 50  # chunks per completion (one per 20 ms: a 1 s stream)
+
+
+TRAFFIC_LEVELS = (TrafficLevel(8), TrafficLevel(32))  # ~8 and ~32 req/s of 1 s streams: 400, 1,600 chunks/s
+
+
+def traffic_rows(
+    pairs: int, seconds: float, levels: tuple[TrafficLevel, ...], cases: tuple[ScrapeCase, ...] = SCRAPE_CASES
+) -> list[Row]:
+    """A pod under traffic: vLLM's API-server wiring with a completions route, `level.streams`
+    streams kept open by a load client in another process; alternating windows of traffic only (A)
+    and traffic + one gateway's scraper at the fast interval (B, one per case). Each row is the
+    median over the rounds of the B - A difference of the API server's CPU, as a share of a core."""
+    ctx = multiprocessing.get_context("spawn")
+    out = []
+    for level in levels:
+        port, ready = ctx.Value("i", 0), ctx.Event()
+        child = ctx.Process(target=_serve_traffic_app, args=(port, ready), daemon=True)
+        child.start()
+        try:
+            if not ready.wait(60) or child.pid is None:
+                raise RuntimeError("the vLLM-wiring app did not start")
+            with _LoadClient(port.value, level.streams, level.tokens) as client:
+                time.sleep(1.5)  # streams open, caches warm
+                runs = run_loop(_ab_windows(child.pid, client, port.value, pairs, seconds, cases))
+            for case, b in zip(cases, runs[1:], strict=True):
+                out += _traffic_level_rows(level, case, runs[0], b)
+        finally:
+            child.terminate()
+            child.join(10)
+    return out
+
+
+def _traffic_level_rows(
+    level: TrafficLevel, case: ScrapeCase, a: list[_Window], b: list[_Window]
+) -> list[Row]:
+    st = pair_stats(a, b)
+    mean, half = st.ci95()
+    wall = sum(w.wall_s for w in a + b)
+    reqs = sum(w.requests for w in a + b) / wall
+    chunks = sum(w.events for w in a + b) / wall
+    failed = sum(w.failed for w in a + b)
+    base = statistics.median(w.cpu_s / w.wall_s for w in a) * 100
+    rate = max(st.scrapes_per_s, 1e-9)
+    label = f"pod under traffic ({level.streams} streams), {case.label}: marginal API-server CPU"
+    per_scrape = st.median / rate
+    at_fast = f"; {per_scrape * 10 * 100:.2f}% at 10 scrapes/s" if case.gateways > 1 else ""
+    note = (
+        f"median of {len(st.diffs)} A/B pairs, min {min(st.diffs) * 100:.2f}, max {max(st.diffs) * 100:.2f}, "
+        f"mean {mean * 100:.2f} ± {half * 100:.2f} (95%); {st.scrapes_per_s:.1f} scrapes/s, "
+        f"{per_scrape * 1e6:,.0f} µs each{at_fast}; traffic {reqs:.1f} req/s, {chunks:,.0f} chunks/s, "
+        f"server {base:.1f}% without scrapes" + (f"; {failed} failed requests" if failed else "")
+    )
+    return [Row(label, 1, st.median * 100, "% of a core", note)]
+
+
 # --- 4. 1,000 pods --------------------------------------------------------------------------------
 
 
@@ -487,6 +780,8 @@ def rows(quick: bool = False, pods: int = 1000) -> list[Row]:
     out = parse_rows(300 if quick else 2000)
     out += whole_scrape_rows(50, seconds)
     out += pod_side_rows(seconds)
+    out += asgi_rows(100 if quick else 500)
+    out += traffic_rows(3 if quick else 7, 2.0 if quick else 4.0, TRAFFIC_LEVELS)
     out += fleet_rows(pods, seconds)
     return out
 

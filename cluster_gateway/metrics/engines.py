@@ -65,6 +65,10 @@ class EngineMapping(Protocol):
     # counters fetched (not parsed) with `wanted` so that the filtered body of a pod taking requests
     # always moves: the frozen-metrics detector compares bodies (see frozen.py)
     liveness: frozenset[str]
+    # of `wanted`, the names fetched only on the slow scrape (every `slowIntervalMs`): no routing
+    # decision reads them fresher (fixed cache geometry, hit-rate counters), and each family asked
+    # for costs the pod's render ~15-30 µs per scrape (the scraper keeps the last values between)
+    slow_only: frozenset[str]
     perf: PerfSources  # figures for the capacity agent: ttft, queue, prefill, inference, e2e, itl,
     # prompt_tokens, output_tokens (each a mean per request or per token)
 
@@ -181,6 +185,16 @@ class VllmMapping:
         "vllm:gpu_prefix_cache_queries_total",
         "vllm:gpu_prefix_cache_hit_rate",  # v0 engine: a gauge
     }
+    slow_only = frozenset(
+        {
+            "vllm:cache_config_info",
+            "vllm:prefix_cache_hits_total",
+            "vllm:prefix_cache_queries_total",
+            "vllm:gpu_prefix_cache_hits_total",
+            "vllm:gpu_prefix_cache_queries_total",
+            "vllm:gpu_prefix_cache_hit_rate",
+        }
+    )
 
     def to_metrics(self, families: Families, scraped_at: float) -> PodMetrics:
         geometry = _cache_geometry(families.get("vllm:cache_config_info"), "block_size", "num_gpu_blocks")
@@ -231,6 +245,7 @@ class SglangMapping:
     }
     liveness = frozenset({"sglang:prompt_tokens_total", "sglang:num_requests_total"})
     wanted = signature | {"sglang:token_usage", "sglang:cache_config_info", "sglang:cache_hit_rate"}
+    slow_only = frozenset({"sglang:cache_config_info"})
 
     def to_metrics(self, families: Families, scraped_at: float) -> PodMetrics:
         geometry = _cache_geometry(families.get("sglang:cache_config_info"), "page_size", "num_pages")
@@ -264,6 +279,7 @@ class TgiMapping:
     }
     liveness = frozenset({"tgi_request_count"})  # TGI ignores filters: its whole body comes anyway
     wanted = signature | {"tgi_batch_current_max_tokens"}
+    slow_only: frozenset[str] = frozenset()
 
     def to_metrics(self, families: Families, scraped_at: float) -> PodMetrics:
         max_tokens = families.get("tgi_batch_current_max_tokens")
@@ -291,19 +307,27 @@ _WITH_PERF: dict[EngineType, frozenset[str]] = {e: m.wanted | _perf_names(m.perf
 _ANY_ENGINE_PERF: FamilyReader = reader_for(frozenset().union(*_WITH_PERF.values()))
 
 
-# the sample names a filtered scrape asks for (`?name[]=`): fast (every scrape) and slow (with the
-# latency histograms' `_sum`/`_count`, never their buckets); engine None: every engine's
-_FAST_FETCH: dict[EngineType, frozenset[str]] = {e: m.wanted | m.liveness for e, m in ENGINES.items()}
-_SLOW_FETCH: dict[EngineType, frozenset[str]] = {e: _FAST_FETCH[e] | _WITH_PERF[e] for e in ENGINES}
+# the sample names a filtered scrape asks for (`?name[]=`): fast (every scrape: routing's), slow
+# (every `slowIntervalMs`: also the `slow_only` names) and slow with the latency histograms'
+# `_sum`/`_count` (never their buckets); engine None: every engine's
+_FAST_FETCH: dict[EngineType, frozenset[str]] = {
+    e: (m.wanted - m.slow_only) | m.liveness for e, m in ENGINES.items()
+}
+_SLOW_FETCH: dict[EngineType, frozenset[str]] = {e: m.wanted | m.liveness for e, m in ENGINES.items()}
+_PERF_FETCH: dict[EngineType, frozenset[str]] = {e: _SLOW_FETCH[e] | _WITH_PERF[e] for e in ENGINES}
 _ANY_FAST_FETCH = frozenset().union(*_FAST_FETCH.values())
 _ANY_SLOW_FETCH = frozenset().union(*_SLOW_FETCH.values())
+_ANY_PERF_FETCH = frozenset().union(*_PERF_FETCH.values())
 
 
-def fetch_names(engine: EngineType | None, *, perf: bool) -> frozenset[str]:
-    """Sample names to ask a pod for: what `read_pod_sample` reads plus the liveness counters."""
+def fetch_names(engine: EngineType | None, *, perf: bool, slow: bool | None = None) -> frozenset[str]:
+    """Sample names to ask a pod for: what `read_pod_sample` reads plus the liveness counters.
+
+    `slow` (default: `perf`) adds the engine's `slow_only` names; `perf` the latency sums/counts."""
+    slow = perf if slow is None else slow or perf
     if engine is None:
-        return _ANY_SLOW_FETCH if perf else _ANY_FAST_FETCH
-    return _SLOW_FETCH[engine] if perf else _FAST_FETCH[engine]
+        return _ANY_PERF_FETCH if perf else _ANY_SLOW_FETCH if slow else _ANY_FAST_FETCH
+    return _PERF_FETCH[engine] if perf else _SLOW_FETCH[engine] if slow else _FAST_FETCH[engine]
 
 
 def _detect(families: Families) -> EngineType | None:

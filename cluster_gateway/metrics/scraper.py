@@ -20,16 +20,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from cluster_gateway.metrics.cadence import Cadence
 from cluster_gateway.metrics.cpu_meter import Metered
-from cluster_gateway.metrics.engines import PodSample, fetch_names, read_pod_sample
+from cluster_gateway.metrics.engines import PodSample, PrefixCounters, fetch_names, read_pod_sample
 from cluster_gateway.metrics.fetch import Fetcher, FetchError, HttpxFetcher, KeepAliveFetcher
 from cluster_gateway.metrics.filtered import (
     FILTERED_BASE,
@@ -53,6 +55,16 @@ _MODELS_RETRY_S = 1.0  # until a pod's first /v1/models answer, retry at least t
 _TICK_S = 0.002  # the scheduling loop's shortest sleep: due scrapes start in batches this close
 _MEMBERSHIP_S = 0.1  # pool membership and overdue pods are checked at least this often
 _METER_EVERY = 8  # one scrape in this many is metered for the budget's CPU estimate
+
+
+@dataclass(frozen=True, slots=True)
+class _SlowFields:
+    """What a pod's last slow scrape read of the families fast scrapes leave out (`slow_only`)."""
+
+    block_size: int | None
+    num_gpu_blocks: int | None
+    prefix_cache_hit_rate: float | None
+    prefix: PrefixCounters | None
 
 
 class ScraperMetrics:
@@ -145,7 +157,8 @@ class Scraper:
         self._detected: dict[str, tuple[Endpoint, EngineType]] = {}
         self._prefix = PrefixHitWindow()
         self._perf = PerfWindow()
-        self._perf_read_at: dict[str, float] = {}
+        self._slow_read_at: dict[str, float] = {}  # pod → its last slow scrape (engines.fetch_names)
+        self._slow_fields: dict[str, _SlowFields] = {}  # pod → what its last slow scrape read
         self._frozen = FrozenBodies(scrape.frozen_after_scrapes)
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = ScraperMetrics(self.registry)
@@ -211,7 +224,8 @@ class Scraper:
             self._fetcher.forget(name)
             self._prefix.forget(name)
             self._perf.forget(name)
-            self._perf_read_at.pop(name, None)
+            self._slow_read_at.pop(name, None)
+            self._slow_fields.pop(name, None)
             self._frozen.forget(name)
         now = time.monotonic()
         for name in current:
@@ -288,11 +302,11 @@ class Scraper:
             except TimeoutError:
                 raise FetchError("timeout", f"no answer within {self._cfg.timeout_ms} ms") from None
 
-    def _path(self, name: str, engine: EngineType | None, with_perf: bool) -> tuple[str, int]:
+    def _path(self, name: str, engine: EngineType | None, slow: bool, with_perf: bool) -> tuple[str, int]:
         """The scrape's path and how many sample names it asks for (0: unfiltered)."""
         if not self._cfg.filter:
             return PLAIN_PATH, 0
-        names = fetch_names(engine, perf=with_perf and not self._full_body.get(name, False))
+        names = fetch_names(engine, perf=with_perf and not self._full_body.get(name, False), slow=slow)
         base = (
             PLAIN_PATH
             if engine is None or name in self._plain_base
@@ -321,20 +335,19 @@ class Scraper:
         was_stale = pod.stale and pod.metrics is not None
         started = time.perf_counter()
         engine = self._engine_for(name, endpoint)
-        with_perf = (
-            self._measure_speed
-            and time.monotonic() - self._perf_read_at.get(name, -self._slow_interval_s)
-            >= self._slow_interval_s
-        )
-        path, asked = self._path(name, engine, with_perf)
+        # the slow scrape (every slowIntervalMs, the first one included) also asks for the families
+        # routing does not need fresh (`slow_only`) and, for the agent, the latency sums/counts
+        slow = time.monotonic() - self._slow_read_at.get(name, -math.inf) >= self._slow_interval_s
+        with_perf = self._measure_speed and slow
+        path, asked = self._path(name, engine, slow, with_perf)
         try:
             body = await self._fetch_metrics(name, endpoint, path)
             full = asked == 0 or ignores_filter(body, asked)
             if asked:
                 self._full_body[name] = full
             dispatched = self._dispatched(name)
-            # a filtered scrape that also asked for the histograms has another body: not compared
-            if (full or not with_perf) and self._frozen.observe(name, body, dispatched):
+            # a filtered slow scrape asked for more names: its body is another one, not compared
+            if (full or not slow) and self._frozen.observe(name, body, dispatched):
                 self._mark_frozen(pod)
                 return False
             scraped_at = time.monotonic()
@@ -348,14 +361,15 @@ class Scraper:
             metrics = sample.metrics
             if engine is None:
                 self._detected[name] = (endpoint, metrics.engine)
-            quiet = self._quiet(name, sample, dispatched)
             if sample.prefix is not None:
                 metrics.prefix_cache_hit_rate = self._prefix.update(
                     name, scraped_at, sample.prefix, metrics.prefix_cache_hit_rate
                 )
+            prefix = self._slow_kept(name, sample, slow)
+            quiet = self._quiet(name, sample, dispatched, prefix)
+            if slow:
+                self._slow_read_at[name] = scraped_at
             if self._measure_speed:
-                if with_perf:
-                    self._perf_read_at[name] = scraped_at
                 metrics.perf = self._perf.update(name, scraped_at, sample.perf, metrics)
         except FetchError as exc:
             self.metrics.failures.labels(exc.reason).inc()
@@ -392,7 +406,27 @@ class Scraper:
         self._last_body[name] = (perf, body, sample)
         return sample
 
-    def _quiet(self, name: str, sample: PodSample, dispatched: int) -> bool:
+    def _slow_kept(self, name: str, sample: PodSample, slow: bool) -> PrefixCounters | None:
+        """A slow scrape's `slow_only` fields are kept; a fast scrape's sample, which lacks them,
+        gets the kept ones (a body that has them, such as a whole one, keeps its own). Returns
+        the pod's newest prefix counters."""
+        m = sample.metrics
+        if slow:
+            self._slow_fields[name] = _SlowFields(
+                m.block_size, m.num_gpu_blocks, m.prefix_cache_hit_rate, sample.prefix
+            )
+            return sample.prefix
+        kept = self._slow_fields.get(name)
+        if kept is None:
+            return sample.prefix
+        if m.block_size is None and m.num_gpu_blocks is None:
+            m.block_size, m.num_gpu_blocks = kept.block_size, kept.num_gpu_blocks
+        if sample.prefix is None:
+            m.prefix_cache_hit_rate = kept.prefix_cache_hit_rate
+            return kept.prefix
+        return sample.prefix
+
+    def _quiet(self, name: str, sample: PodSample, dispatched: int, prefix: PrefixCounters | None) -> bool:
         """Nothing dispatched since the last scrape and the routing fields unchanged."""
         m = sample.metrics
         key = (
@@ -404,7 +438,7 @@ class Scraper:
             m.waiting_adapters,
             m.max_lora,
             m.batch_max_tokens,
-            sample.prefix,
+            prefix,
         )
         previous = self._last_key.get(name)
         self._last_key[name] = key

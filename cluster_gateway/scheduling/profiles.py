@@ -42,9 +42,10 @@ BUILTIN_PROFILES: dict[str, ProfileSpec] = {
         # bursts spread between scrapes; prefix affinity saves prefill but fades with load. LoRA
         # weighs heavily but only for adapter requests (base-model requests score 1.0 everywhere):
         # a must-evict pod makes the request wait for a slot and an adapter load. prefix_home makes
-        # several gateway replicas agree on where a new prefix goes. (The `prefill` scorer is not in
-        # it yet: on the loaded-machine scenario runs it won on long shared prefixes and lost where
-        # system prompts are short; see docs/benchmarks.md.)
+        # several gateway replicas agree on where a new prefix goes. `prefill` counts the prompt
+        # tokens a pod would still compute, so affinity grows with the prefill it saves: it decides
+        # long shared prefixes (a cold 6k-token prefill costs an L4 seconds) and barely moves short
+        # system prompts (quiet-machine `bench routing` scenario runs, docs/benchmarks.md).
         ProfileSpec(
             "latency",
             {
@@ -55,6 +56,7 @@ BUILTIN_PROFILES: dict[str, ProfileSpec] = {
                 "prefix_home": 2.0,
                 "lora": 6.0,
                 "load": 1.0,
+                "prefill": 4.0,
             },
         ),
         # Batch: pack where the KV cache has room and the prefix is warm; queues are tolerated.

@@ -28,16 +28,14 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 from cluster_gateway.pool import PodState
 from cluster_gateway.scheduling.plugin import PluginBase, SchedulingHandle
 from cluster_gateway.scheduling.prefix_cache import prefix_index_of
 from cluster_gateway.scheduling.types import LLMRequest, SchedulingContext
 from common.plugins import param
-
-V = TypeVar("V")
 
 _PENDING_MAX = 4096  # scored requests awaiting their dispatch (one a decision; shed ones age out)
 _BACKLOG_KEEP = 64  # pods with a backlog before dispatch prunes those under one token
@@ -62,6 +60,7 @@ class PrefillBacklogScorer(PluginBase):
         self._index = prefix_index_of(handle, params, name)
         self._clock = handle.clock
         self._backlog: dict[str, tuple[float, float]] = {}  # pod → (tokens, when last updated)
+        self._pruned_at = float("-inf")
         # request → (its tokens, {pod: uncached tokens} where the index places part of it) from its
         # decision, so dispatch adds what the score assumed (the index learns the dispatch too, and
         # would then call everything cached)
@@ -69,7 +68,11 @@ class PrefillBacklogScorer(PluginBase):
 
     def backlog(self, pod: str, now: float) -> float:
         tokens, at = self._backlog.get(pod, (0.0, now))
-        return tokens * math.exp(-(now - at) / self.decay_s) if tokens else 0.0
+        return self._left(tokens, at, now) if tokens else 0.0
+
+    def _left(self, tokens: float, at: float, now: float) -> float:
+        """What remains at `now` of `tokens` sent at `at`."""
+        return tokens * math.exp((at - now) / self.decay_s)
 
     def score(self, ctx: SchedulingContext, pods: list[PodState]) -> list[float]:
         """Touches only the pods the index places the prompt on and the pods with a backlog, not every
@@ -82,11 +85,11 @@ class PrefillBacklogScorer(PluginBase):
         total = len(self._index.block_hashes(ctx.request)) if matches else 0
         if total:
             per_block = tokens / total
-            for i, name, k in _located(ctx, pods, matches):
+            for i, name, k in ctx.located(pods, matches):
                 cost[i] = own[name] = tokens - k * per_block
         now = ctx.now
-        for i, _, (left, at) in _located(ctx, pods, self._backlog):
-            cost[i] += left * math.exp(-(now - at) / self.decay_s)
+        for i, _, (left, at) in ctx.located(pods, self._backlog):
+            cost[i] += self._left(left, at, now)
         self._pending[id(ctx.request)] = (tokens, own)
         while len(self._pending) > _PENDING_MAX:
             self._pending.popitem(last=False)
@@ -100,31 +103,14 @@ class PrefillBacklogScorer(PluginBase):
         tokens, own = self._pending.pop(id(req), (float(req.prompt_tokens), {}))
         now = self._clock()
         self._backlog[pod.name] = (self.backlog(pod.name, now) + own.get(pod.name, tokens), now)
-        if len(self._backlog) > _BACKLOG_KEEP:  # forget backlogs that have decayed away: scores stay cheap
-            gone = [
-                n for n, (t, at) in self._backlog.items() if t * math.exp((at - now) / self.decay_s) < 1.0
-            ]
-            for name in gone:
+        # forget backlogs that have decayed away, so scores stay cheap; at most once per decay
+        # constant, so a busy large pool does not pay a pass over every backlog on each dispatch
+        if len(self._backlog) > _BACKLOG_KEEP and now - self._pruned_at >= self.decay_s:
+            self._pruned_at = now
+            for name in [n for n, (t, at) in self._backlog.items() if self._left(t, at, now) < 1.0]:
                 del self._backlog[name]
 
     def on_pods_changed(self, pods: list[PodState]) -> None:
         keep = {p.name for p in pods}
         for name in [n for n in self._backlog if n not in keep]:
             del self._backlog[name]
-
-
-def _located(
-    ctx: SchedulingContext, pods: list[PodState], by_name: Mapping[str, V]
-) -> Iterator[tuple[int, str, V]]:
-    """(position, name, value) of the candidates `by_name` has, walking the shorter of the two."""
-    if len(by_name) > len(pods):
-        get = by_name.get
-        for i, p in enumerate(pods):
-            v = get(p.endpoint.name)
-            if v is not None:
-                yield i, p.endpoint.name, v
-        return
-    for name, v in by_name.items():
-        at = ctx.position(pods, name)
-        if at is not None:
-            yield at, name, v

@@ -140,12 +140,7 @@ class PrefixScorer(PluginBase):
         kvt = ctx.profile.kv_usage
         q = ctx.est_queue(pods)
         out = [0.0] * n
-        if len(matches) > n:  # a sample of a large pool: walk the candidates, not every holder
-            get = matches.get
-            found = [(i, k) for i, p in enumerate(pods) if (k := get(p.endpoint.name))]
-        else:
-            found = [(i, k) for name, k in matches.items() if (i := ctx.position(pods, name)) is not None]
-        for i, matched in found:
+        for i, _, matched in ctx.located(pods, matches):
             damp = 1.0 - q[i] * fade
             m = pods[i].metrics
             if damp <= 0.0 or (m is not None and m.kv_usage is not None and m.kv_usage >= kvt):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from cluster_gateway.pool import ModelCatalog, PodState
 from cluster_gateway.scheduling.adapter_memory import AdapterEvidence
@@ -18,6 +18,8 @@ from common.http import OBJECTIVE_HEADER, PROFILE_HEADER, SHEDDABLE_HEADER
 from common.openai_request import ParsedRequest
 from common.request_log import REQUEST_ID_HEADER
 from common.tokens import count_tokens
+
+V = TypeVar("V")
 
 if TYPE_CHECKING:
     from cluster_gateway.scheduling.plugin import Filtered
@@ -131,6 +133,17 @@ class SchedulingContext:
                 (m.waiting if (m := p.metrics) is not None else 0) + p.dispatched_since_scrape for p in pods
             ]
         return q
+
+    def located(self, pods: list[PodState], by_name: Mapping[str, V]) -> list[tuple[int, str, V]]:
+        """(position, name, value) of each candidate `by_name` holds, walking the shorter of the two:
+        a plugin's per-pod state (prefix holders, backlogs) is usually a few pods of a large pool,
+        and a two-stage sample is usually a few pods of a large holder set."""
+        if len(by_name) > len(pods):
+            get = by_name.get
+            return [
+                (i, p.endpoint.name, v) for i, p in enumerate(pods) if (v := get(p.endpoint.name)) is not None
+            ]
+        return [(i, name, v) for name, v in by_name.items() if (i := self.position(pods, name)) is not None]
 
     def position(self, pods: list[PodState], name: str) -> int | None:
         """Where pod `name` sits in the candidate list, without a pass over it in the common case.

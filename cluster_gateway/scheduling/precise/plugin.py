@@ -226,10 +226,8 @@ class PrecisePrefixScorer(PluginBase):
         approx = self._index.matches(ctx)
         approx_total = len(self._index.block_hashes(ctx.request))
         if approx and approx_total:
-            for name, matched in approx.items():
-                i = ctx.position(pods, name)
-                if i is not None:
-                    out[i] = matched / approx_total
+            for i, _, matched in ctx.located(pods, approx):
+                out[i] = matched / approx_total
         if not self.caches:
             return out
         lora = ctx.request.model if ctx.is_adapter_request(pods) else None

@@ -63,10 +63,10 @@ def test_uncached_prompts_just_sent_to_a_pod_count_against_it_and_then_decay() -
     [(1200, "idle-cold"), (6000, "busy-warm")],
 )
 def test_affinity_grows_with_the_prefill_it_saves(prefix_tokens: int, winner: str) -> None:
-    """With in-flight counts at equal weight, a cached 1,200-token system prompt (about a third of the
-    4096-token minimum span) (0.29) does not outweigh 4 more requests in flight (0.5), so a burst still spreads; a
-    cached 6k-token prefix (seconds of prefill on a small GPU, a full point) does. At the old
-    2048-token span the short prompt would have scored 0.59 and pinned the burst."""
+    """With in-flight counts at equal weight, a cached 1,200-token system prompt (0.29 of the
+    4096-token minimum span) does not outweigh 4 more requests in flight (0.5), so a burst still
+    spreads; a cached 6k-token prefix (seconds of prefill on a small GPU, a full point) does. At a
+    2048-token span the short prompt would score 0.59 and pin the burst."""
     pool = EndpointPool()
     add_pod(pool, "busy-warm", running=4, inflight=4)  # in-flight score 0.5 (span 8)
     add_pod(pool, "idle-cold")

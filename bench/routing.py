@@ -50,11 +50,23 @@ from bench.report import RESULTS_DIR
 from bench.routing_scenarios import MODEL, PodGroup, RoutingScenario
 from bench.stats import Summary, coefficient_of_variation, summarise
 from bench.trace import TraceRequest, TraceSpec, generate
+from cluster_gateway.scheduling.profiles import BUILTIN_PROFILES
 from common.promtext import parse_families
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS_VENV = ROOT / ".venv-peers"
-FLEETGATE_PROFILES = ("latency", "throughput", "reference", "least-inflight", "random", "round-robin")
+# Bench-only profiles: a built-in one plus an opt-in plugin, defined from the built-in so they
+# follow its weights; run by name with --policies (never in the default lists).
+OPT_IN_PROFILES: dict[str, tuple[str, str]] = {"latency+kv_fit": ("latency", "kv_fit")}
+FLEETGATE_PROFILES = (
+    "latency",
+    "throughput",
+    "reference",
+    "least-inflight",
+    "random",
+    "round-robin",
+    *OPT_IN_PROFILES,
+)
 # policies each peer's --policy accepts (sglang-router 0.3: random, round_robin, cache_aware, power_of_two,
 # manual; vllm-router 0.1: also kv_aware, consistent_hash, sticky_least_loaded, which need KV events or
 # session keys the trace does not carry). power_of_two needs at least 2 workers in both.
@@ -195,6 +207,15 @@ def _sim_command(setup: Setup, base_port: int, workdir: Path, engine: str = "vll
     ]
 
 
+def _opt_in_profiles() -> dict[str, dict[str, object]]:
+    """`latency+kv_fit`: `latency`'s weights and filter chain with the `kv_fit` filter appended."""
+    out: dict[str, dict[str, object]] = {}
+    for name, (base, plugin) in OPT_IN_PROFILES.items():
+        spec = BUILTIN_PROFILES[base]
+        out[name] = {"weights": dict(spec.weights), "filters": [*spec.filters, plugin]}
+    return out
+
+
 def _gateway_command(pod_urls: list[str], port: int, workdir: Path, time_scale: float) -> list[str]:
     cfg = {
         "discovery": {"static": {"endpoints": pod_urls}},
@@ -202,7 +223,8 @@ def _gateway_command(pod_urls: list[str], port: int, workdir: Path, time_scale: 
             "defaultProfile": "latency",
             # uniform random among pods that serve the model (zero weights → equal scores)
             "profiles": {
-                "random": {"weights": {}, "filters": ["model", "healthy"], "picker": "weighted_random"}
+                "random": {"weights": {}, "filters": ["model", "healthy"], "picker": "weighted_random"},
+                **_opt_in_profiles(),
             },
         },
         # the simulator runs time_scale times slower than a GPU; the admission deadline scales with it

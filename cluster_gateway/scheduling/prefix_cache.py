@@ -19,7 +19,8 @@ class PrefixIndexPlugin(PluginBase):
 
     An LRU set of block hashes per pod, updated on every dispatch and pruned when pods leave, within
     a byte budget over all pods; `prefix` and `prefix_raw` read it (one shared instance, so a
-    dispatch is recorded once).
+    dispatch is recorded once). A LoRA adapter's prompts are hashed in the adapter's own namespace,
+    as the engines cache them.
 
     Params: `blockChars`, `maxBlocksPerPod`, `maxPrefixBlocks`, `maxBytes` (defaults:
     `scheduling.prefixCache`).
@@ -39,10 +40,14 @@ class PrefixIndexPlugin(PluginBase):
                 "maxBytes >= 1048576"
             )
         self.index = PrefixIndex.for_bytes(max_bytes, per_pod)
+        self._catalog = handle.pool.catalog
         self._memo_key = f"prefix_matches:{name}"
 
     def block_hashes(self, req: LLMRequest) -> tuple[int, ...]:
-        return req.block_hashes(self.block_chars, self.max_prefix_blocks)
+        """The prompt's chain, in the adapter's own namespace when the model is one some pod lists as
+        a LoRA adapter (its blocks are cached apart from the base model's)."""
+        adapter = self._catalog.is_adapter(req.model)
+        return req.block_hashes(self.block_chars, self.max_prefix_blocks, adapter)
 
     def matches(self, ctx: SchedulingContext) -> dict[str, int]:
         """Matched blocks per pod for this decision's prompt, looked up once per decision."""

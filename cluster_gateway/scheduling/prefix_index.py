@@ -16,11 +16,15 @@ from collections.abc import Iterable, Sequence
 _ROOT = 0x5EED
 
 
-def block_hashes(text: str, block_chars: int, max_blocks: int) -> tuple[int, ...]:
-    """Chained hashes of the first `max_blocks` full blocks of `text` (a partial tail block is not cached)."""
+def block_hashes(text: str, block_chars: int, max_blocks: int, adapter: str | None = None) -> tuple[int, ...]:
+    """Chained hashes of the first `max_blocks` full blocks of `text` (a partial tail block is not cached).
+
+    `adapter` seeds the chain: engines keep a LoRA adapter's KV blocks apart from the base model's
+    (vLLM puts the adapter in each block hash's extra keys, SGLang's radix tree is per adapter), so a
+    prompt cached for the base model is cold for an adapter, and the other way round."""
     n = min(len(text) // block_chars, max_blocks)
     out: list[int] = []
-    h = _ROOT
+    h = _ROOT if adapter is None else hash((_ROOT, adapter))
     for i in range(0, n * block_chars, block_chars):
         h = hash((h, text[i : i + block_chars]))
         out.append(h)

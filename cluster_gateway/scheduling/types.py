@@ -49,7 +49,7 @@ class LLMRequest:
     sheddable: bool = False
     request_id: str = ""
     _hashes: tuple[int, ...] | None = field(default=None, repr=False, compare=False)
-    _hash_key: tuple[int, int] = field(default=(0, 0), repr=False, compare=False)
+    _hash_key: tuple[int, int, bool] = field(default=(0, 0, False), repr=False, compare=False)
     _tokens: int = field(default=-1, repr=False, compare=False)
 
     @classmethod
@@ -66,11 +66,14 @@ class LLMRequest:
             request_id=_header(headers, REQUEST_ID_HEADER) or "",
         )
 
-    def block_hashes(self, block_chars: int, max_blocks: int) -> tuple[int, ...]:
-        """Prefix-index block hashes, computed once per request (schedule and dispatch share them)."""
-        key = (block_chars, max_blocks)
+    def block_hashes(self, block_chars: int, max_blocks: int, adapter: bool = False) -> tuple[int, ...]:
+        """Prefix-index block hashes, computed once per request (schedule and dispatch share them).
+        `adapter`: the model is a LoRA adapter, whose cached blocks are its own (`block_hashes`)."""
+        key = (block_chars, max_blocks, adapter)
         if self._hashes is None or self._hash_key != key:
-            self._hashes = block_hashes(self.prompt_text, block_chars, max_blocks)
+            self._hashes = block_hashes(
+                self.prompt_text, block_chars, max_blocks, self.model if adapter else None
+            )
             self._hash_key = key
         return self._hashes
 

@@ -10,10 +10,23 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.routing import PEER_POLICIES, PEER_TUNING, Setup, _peer_command, _sim_command, peer_flags
+from bench.routing import (
+    PEER_POLICIES,
+    PEER_TUNING,
+    Setup,
+    _gateway_command,
+    _peer_command,
+    _sim_command,
+    peer_flags,
+)
 from bench.routing_scenarios import SCENARIOS, get
 from bench.trace import generate
+from cluster_gateway.pool import EndpointPool
+from cluster_gateway.scheduling.kv_fit import KVFitFilter
 from cluster_gateway.scheduling.profiles import BUILTIN_PROFILES
+from cluster_gateway.scheduling.scheduler import Scheduler
+from common.config.gateway import GatewaySpec
+from common.config.loader import load_config
 from common.tokens import count_tokens
 from modelsim.fleet import PodSpec
 
@@ -118,6 +131,20 @@ def test_reference_profile_is_the_inference_extensions_default_config() -> None:
     ref = BUILTIN_PROFILES["reference"]
     assert dict(ref.weights) == {"queue_waiting": 2.0, "kv_raw": 2.0, "prefix_raw": 3.0}
     assert ref.picker == "max_score" and ref.filters == ("model", "healthy") and ref.plugins == ()
+
+
+def test_the_bench_gateway_config_compiles_with_its_opt_in_profile(tmp_path: Path) -> None:
+    """`latency+kv_fit` is `latency` (weights and filters as built in today) plus the `kv_fit` filter,
+    in a config the gateway's own loader and scheduler accept."""
+    cmd = _gateway_command(["http://127.0.0.1:9"], 1, tmp_path, 1.0)
+    spec = load_config(cmd[cmd.index("--config") + 1], GatewaySpec)
+    sched = Scheduler(EndpointPool(), spec.scheduling)
+    assert {"latency", "latency+kv_fit", "random"} <= set(sched.profile_names())
+    latency = BUILTIN_PROFILES["latency"]
+    extra = spec.scheduling.profiles["latency+kv_fit"]
+    assert extra.weights == latency.weights
+    assert extra.filters == [*latency.filters, "kv_fit"]
+    assert isinstance(sched.plugin("kv_fit"), KVFitFilter)
 
 
 def test_a_merge_run_keeps_the_earlier_policies_and_replaces_the_rerun_ones(tmp_path: Path) -> None:

@@ -77,3 +77,23 @@ def test_prefix_affinity_survives_filters_reordering_the_candidates() -> None:
     res = s.schedule(req(SYSTEM + "user: hi"))
     assert res.pod.name == "warm"  # found at candidate position 1, not its pool position 2
     assert res.scores["prefix"] > 0.9
+
+
+def test_an_adapters_prefix_is_its_own_not_the_base_models() -> None:
+    """Engines cache an adapter's KV blocks apart from the base model's (vLLM hashes the adapter into
+    every block, SGLang keeps a tree per adapter). A system prompt warm for the base model on one pod
+    is cold there for an adapter; once that adapter has run it, the adapter's repeat finds that pod."""
+    pool = EndpointPool()
+    for name in ("a", "b", "c", "d"):
+        add_pod(pool, name, running=4, adapters=["sql-lora"], max_lora=4)
+    s = scheduler(pool)
+    base_pod = dispatch(pool, s, req(SYSTEM + "user: first question"))
+    get(pool, base_pod).inflight = get(pool, base_pod).dispatched_since_scrape = 0
+    first = s.schedule(req(SYSTEM + "user: second question", model="sql-lora"))
+    assert first.scores["prefix"] == 0.0  # no pod holds the adapter's blocks yet
+    lora_pod = dispatch(pool, s, req(SYSTEM + "user: second question", model="sql-lora"))
+    get(pool, lora_pod).inflight = get(pool, lora_pod).dispatched_since_scrape = 0
+    again = s.schedule(req(SYSTEM + "user: third question", model="sql-lora"))
+    assert again.pod.name == lora_pod and again.scores["prefix"] > 0.9
+    base_again = s.schedule(req(SYSTEM + "user: fourth question"))
+    assert base_again.scores["prefix"] > 0.9 and base_again.pod.name == base_pod

@@ -228,7 +228,8 @@ def run(
             pools[k].acquire(pod.name)
             scheds[k].on_dispatch(lr, pod)
             owner[id(r)] = pools[k]
-            r.hashes = block_hashes(r.prompt, BLOCK_CHARS, 256)
+            # an adapter's blocks are its own, as vLLM hashes them (the adapter is in the extra keys)
+            r.hashes = block_hashes(r.prompt, BLOCK_CHARS, 256, r.model if r.model != MODEL else None)
             r.decode_left = float(r.out_tokens)
             r.pod = pod.name
             pods[pod.name].waiting.append(r)

@@ -50,8 +50,10 @@ from bench.report import RESULTS_DIR
 from bench.routing_scenarios import MODEL, PodGroup, RoutingScenario
 from bench.stats import Summary, coefficient_of_variation, summarise
 from bench.trace import TraceRequest, TraceSpec, generate
+from cluster_gateway.scheduling.pod_speed import SPEED_ANNOTATION
 from cluster_gateway.scheduling.profiles import BUILTIN_PROFILES
 from common.promtext import parse_families
+from modelsim.profiles import get_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS_VENV = ROOT / ".venv-peers"
@@ -216,9 +218,32 @@ def _opt_in_profiles() -> dict[str, dict[str, object]]:
     return out
 
 
-def _gateway_command(pod_urls: list[str], port: int, workdir: Path, time_scale: float) -> list[str]:
+def pod_speeds(scenario: RoutingScenario, time_scale: float) -> list[float]:
+    """Each pod's prefill tokens per second, in pod order, from its simulated GPU's profile: what an
+    operator puts in the `fleetgate.io/prefill-tokens-per-second` annotation of each deployment."""
+    return [
+        get_profile(g.profile).expected_prefill_tok_s() / time_scale
+        for g in scenario.pods
+        for _ in range(g.replicas)
+    ]
+
+
+def _endpoints(pod_urls: list[str], speeds: list[float] | None) -> list[object]:
+    """Static endpoints; with the speed annotation where the pool mixes GPUs (a uniform pool's
+    annotations would change nothing, so it has none)."""
+    if not speeds or len(set(speeds)) < 2:
+        return list(pod_urls)
+    return [
+        {"url": u, "annotations": {SPEED_ANNOTATION: f"{s:.0f}"}}
+        for u, s in zip(pod_urls, speeds, strict=True)
+    ]
+
+
+def _gateway_command(
+    pod_urls: list[str], port: int, workdir: Path, time_scale: float, speeds: list[float] | None = None
+) -> list[str]:
     cfg = {
-        "discovery": {"static": {"endpoints": pod_urls}},
+        "discovery": {"static": {"endpoints": _endpoints(pod_urls, speeds)}},
         "scheduling": {
             "defaultProfile": "latency",
             # uniform random among pods that serve the model (zero weights → equal scores)
@@ -418,7 +443,8 @@ def _run_policy_once(
         # the peers' health means "all workers registered and healthy", not just "port open"
         ready_url, ready_check = front_url + "/workers", _all_workers_healthy(pod_urls)
     else:
-        cmd = _gateway_command(pod_urls, front_port, workdir, setup.time_scale)
+        speeds = pod_speeds(setup.scenario, setup.time_scale)
+        cmd = _gateway_command(pod_urls, front_port, workdir, setup.time_scale, speeds)
         headers = {"x-fleetgate-profile": policy}
         ready_url, ready_check = front_url + "/v1/models", None
     front_log = workdir / f"front-{tag}.log"

@@ -18,11 +18,13 @@ from bench.routing import (
     _peer_command,
     _sim_command,
     peer_flags,
+    pod_speeds,
 )
 from bench.routing_scenarios import SCENARIOS, get
 from bench.trace import generate
 from cluster_gateway.pool import EndpointPool
 from cluster_gateway.scheduling.kv_fit import KVFitFilter
+from cluster_gateway.scheduling.pod_speed import SPEED_ANNOTATION
 from cluster_gateway.scheduling.profiles import BUILTIN_PROFILES
 from cluster_gateway.scheduling.scheduler import Scheduler
 from common.config.gateway import GatewaySpec
@@ -145,6 +147,20 @@ def test_the_bench_gateway_config_compiles_with_its_opt_in_profile(tmp_path: Pat
     assert extra.weights == latency.weights
     assert extra.filters == [*latency.filters, "kv_fit"]
     assert isinstance(sched.plugin("kv_fit"), KVFitFilter)
+
+
+def test_only_a_mixed_pool_gets_the_prefill_speed_annotation(tmp_path: Path) -> None:
+    """heterogeneous: each pod says its GPU's prefill speed (H100 ~9x an L4), as an operator would
+    annotate each deployment; a uniform pool says nothing, so its routing is what it always was."""
+    het, uniform = get("heterogeneous"), get("lora-scarce")
+    urls = [f"http://127.0.0.1:{9000 + i}" for i in range(het.pod_count)]
+    cmd = _gateway_command(urls, 1, tmp_path, 1.0, pod_speeds(het, 1.0))
+    eps = load_config(cmd[cmd.index("--config") + 1], GatewaySpec).discovery.static.endpoints  # type: ignore[union-attr]
+    speeds = [float(e.annotations[SPEED_ANNOTATION]) for e in eps if not isinstance(e, str)]
+    assert len(speeds) == 8 and 8.0 < speeds[0] / speeds[-1] < 10.0
+    cmd = _gateway_command(urls, 1, tmp_path, 1.0, pod_speeds(uniform, 1.0))
+    eps = load_config(cmd[cmd.index("--config") + 1], GatewaySpec).discovery.static.endpoints  # type: ignore[union-attr]
+    assert eps == urls
 
 
 def test_a_merge_run_keeps_the_earlier_policies_and_replaces_the_rerun_ones(tmp_path: Path) -> None:

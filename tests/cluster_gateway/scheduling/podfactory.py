@@ -45,9 +45,12 @@ def add_pod(
     stale: bool | None = None,
     num_gpu_blocks: int | None = None,
     block_size: int | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> PodState:
     idx = len(pool) + 1
-    pool.upsert(Endpoint(name=name, address=f"127.0.0.{idx}", port=8000, engine=engine))
+    pool.upsert(
+        Endpoint(name=name, address=f"127.0.0.{idx}", port=8000, engine=engine, annotations=annotations or {})
+    )
     pod = pool.get(name)
     assert pod is not None
     if scraped:

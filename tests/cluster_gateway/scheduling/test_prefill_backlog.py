@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 
 from cluster_gateway.pool import EndpointPool
+from cluster_gateway.scheduling.pod_speed import SPEED_ANNOTATION, relative_speeds
 from cluster_gateway.scheduling.prefill_backlog import PrefillBacklogScorer
 from common.config.gateway import Profile, Scheduling
 
@@ -80,3 +81,57 @@ def test_affinity_grows_with_the_prefill_it_saves(prefix_tokens: int, winner: st
     clock.t += 60.0  # its prefill is long done: only the cache differs
     _rescrape(pool, clock.t)
     assert s.schedule(req(prefix + "another question")).pod.name == winner
+
+
+def _speed(tok_s: float) -> dict[str, str]:
+    return {SPEED_ANNOTATION: str(tok_s)}
+
+
+def test_relative_speeds_weigh_only_a_mixed_pool() -> None:
+    pool = EndpointPool()
+    add_pod(pool, "h100", annotations=_speed(27_000))
+    add_pod(pool, "l4", annotations=_speed(3_000))
+    add_pod(pool, "unsaid")
+    add_pod(pool, "bad", annotations={SPEED_ANNOTATION: "fast"})
+    assert relative_speeds(pool.pods()) == {"h100": 9.0, "l4": 1.0, "unsaid": 1.0, "bad": 1.0}
+    same = EndpointPool()
+    add_pod(same, "a", annotations=_speed(3_000))
+    add_pod(same, "b", annotations=_speed(3_000))
+    add_pod(same, "c")
+    assert relative_speeds(same.pods()) == {}  # nothing differs: the scores stay as they were
+
+
+def test_a_fast_pod_takes_a_cold_prompt_despite_a_backlog_a_slow_one_would_not() -> None:
+    """An H100 computes prefill ~9x faster than an L4: the same uncached tokens cost it a ninth, and
+    what was sent there drains nine times sooner. Counting tokens alone, the idle L4 would win."""
+    prompt = PREFIX + "a question"
+
+    def pick(annotate: bool) -> str:
+        pool = EndpointPool()
+        add_pod(pool, "h100", annotations=_speed(27_000) if annotate else None)
+        add_pod(pool, "l4", annotations=_speed(3_000) if annotate else None)
+        clock = Clock()
+        s = scheduler(pool, _cfg(), clock=clock)
+        s.on_dispatch(req("other document " * 1500), pool.pods()[0])  # ~3-4k cold tokens on h100
+        clock.t += 0.5
+        _rescrape(pool, clock.t)
+        return s.schedule(req(prompt)).pod.name
+
+    assert pick(annotate=False) == "l4"
+    assert pick(annotate=True) == "h100"
+
+
+def test_a_uniformly_annotated_pool_scores_exactly_as_an_unannotated_one() -> None:
+    def scores(annotations: dict[str, str] | None) -> tuple[list[str], dict[str, float]]:
+        pool = EndpointPool()
+        for n in ("a", "b", "c"):
+            add_pod(pool, n, annotations=annotations)
+        clock = Clock()
+        s = scheduler(pool, _cfg(), clock=clock)
+        s.on_dispatch(req(PREFIX + "q1"), pool.pods()[0])
+        clock.t += 0.7
+        _rescrape(pool, clock.t)
+        res = s.schedule(req(PREFIX + "q2"))
+        return [p.name for p in res.pods], res.scores
+
+    assert scores(_speed(3_000)) == scores(None)

@@ -26,7 +26,8 @@ class _Base(Struct, rename="camel", forbid_unknown_fields=True, kw_only=True, om
 
 class StaticEndpoint(_Base, kw_only=True):
     """One pod by URL, optionally with its engine, labels (e.g. for heterogeneous static pools) and
-    annotations (e.g. `fleetgate.io/kv-events-endpoint` for the `precise_prefix` scorer)."""
+    annotations (e.g. `fleetgate.io/kv-events-endpoint` for the `precise_prefix` scorer,
+    `fleetgate.io/prefill-tokens-per-second` for a pool of mixed GPUs)."""
 
     url: str
     engine: Engine = "auto"

@@ -25,8 +25,8 @@ Mixed GPUs: a pod's tokens are divided by its prefill speed relative to the slow
 `fleetgate.io/prefill-tokens-per-second` annotation (`pod_speed.py`), and its backlog drains that
 much faster. Counts cannot see that an H100 computes a prompt ~9x faster than an L4; without this,
 `latency` sent 42% of the `heterogeneous` scenario's requests to its two H100s where the peers sent
-two thirds, and lost at p90 (0.19 s against 0.17); with it, 0.17 / 0.29 s at p90 / p99 against the
-best tuned peer's 0.17 / 0.54. A pool without the annotation, or with one value on every pod,
+two thirds, and lost at p90 (0.19 s against 0.17); with it, 0.15-0.17 / 0.21-0.29 s at p90 / p99
+over two full runs, against the best tuned peer's 0.17 / 0.54. A pool without the annotation, or with one value on every pod,
 scores exactly as before.
 
 Reads the `prefix_index` plugin (param `index` names another); keeps its own per-pod backlog.
@@ -104,7 +104,7 @@ class PrefillBacklogScorer(PluginBase):
         now = ctx.now
         speed = self._speed
         for i, name, (left, at) in ctx.located(pods, self._backlog):
-            cost[i] += self._left(left, at, now, speed.get(name, 1.0) if speed else 1.0)
+            cost[i] += self._left(left, at, now, speed.get(name, 1.0))
         if speed:  # mixed GPUs: tokens a pod must compute, in the slowest pod's seconds
             cost = [c / speed.get(p.name, 1.0) for c, p in zip(cost, pods, strict=True)]
         self._pending[id(ctx.request)] = (tokens, own)
@@ -124,11 +124,7 @@ class PrefillBacklogScorer(PluginBase):
         # constant, so a busy large pool does not pay a pass over every backlog on each dispatch
         if len(self._backlog) > _BACKLOG_KEEP and now - self._pruned_at >= self.decay_s:
             self._pruned_at = now
-            left = self._left
-            speed = self._speed
-            for name in [
-                n for n, (t, at) in self._backlog.items() if left(t, at, now, speed.get(n, 1.0)) < 1.0
-            ]:
+            for name in [n for n, (t, at) in self._backlog.items() if self.backlog(n, now) < 1.0]:
                 del self._backlog[name]
 
     def on_pods_changed(self, pods: list[PodState]) -> None:

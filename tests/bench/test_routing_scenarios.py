@@ -27,7 +27,7 @@ from cluster_gateway.scheduling.kv_fit import KVFitFilter
 from cluster_gateway.scheduling.pod_speed import SPEED_ANNOTATION
 from cluster_gateway.scheduling.profiles import BUILTIN_PROFILES
 from cluster_gateway.scheduling.scheduler import Scheduler
-from common.config.gateway import GatewaySpec
+from common.config.gateway import GatewaySpec, StaticEndpoint
 from common.config.loader import load_config
 from common.tokens import count_tokens
 from modelsim.fleet import PodSpec
@@ -154,13 +154,17 @@ def test_only_a_mixed_pool_gets_the_prefill_speed_annotation(tmp_path: Path) -> 
     annotate each deployment; a uniform pool says nothing, so its routing is what it always was."""
     het, uniform = get("heterogeneous"), get("lora-scarce")
     urls = [f"http://127.0.0.1:{9000 + i}" for i in range(het.pod_count)]
-    cmd = _gateway_command(urls, 1, tmp_path, 1.0, pod_speeds(het, 1.0))
-    eps = load_config(cmd[cmd.index("--config") + 1], GatewaySpec).discovery.static.endpoints  # type: ignore[union-attr]
+
+    def endpoints(speeds: list[float]) -> list[StaticEndpoint | str]:
+        cmd = _gateway_command(urls, 1, tmp_path, 1.0, speeds)
+        static = load_config(cmd[cmd.index("--config") + 1], GatewaySpec).discovery.static
+        assert static is not None
+        return static.endpoints
+
+    eps = endpoints(pod_speeds(het, 1.0))
     speeds = [float(e.annotations[SPEED_ANNOTATION]) for e in eps if not isinstance(e, str)]
     assert len(speeds) == 8 and 8.0 < speeds[0] / speeds[-1] < 10.0
-    cmd = _gateway_command(urls, 1, tmp_path, 1.0, pod_speeds(uniform, 1.0))
-    eps = load_config(cmd[cmd.index("--config") + 1], GatewaySpec).discovery.static.endpoints  # type: ignore[union-attr]
-    assert eps == urls
+    assert endpoints(pod_speeds(uniform, 1.0)) == urls
 
 
 def test_a_merge_run_keeps_the_earlier_policies_and_replaces_the_rerun_ones(tmp_path: Path) -> None:

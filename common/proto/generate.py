@@ -3,7 +3,9 @@
 protoc is run with `-I common/proto`, so the descriptor keeps the canonical name
 `fleetgate/v1/capacity.proto`; its generated imports (`from fleetgate.v1 import ...`) would clash
 with the top-level `fleetgate` CLI package, so they are rewritten to `common.proto.fleetgate.v1`.
-The output is deterministic for a given grpcio-tools version, which the freshness test relies on.
+The output is deterministic for a given grpcio-tools version; the freshness test compares it with
+the committed code leaving out the tool-version stamps, so a grpcio-tools patch release needs no
+regeneration (the dependency floors must still cover the stamped versions).
 """
 
 from __future__ import annotations

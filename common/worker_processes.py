@@ -3,7 +3,9 @@
 Both tiers scale a data plane over every core the same way: the main process keeps the control
 plane once and starts N-1 workers that listen on the same ports through SO_REUSEPORT, so the
 kernel spreads connections over all of them. A worker that exits is restarted after a pause; on
-stop each gets SIGTERM (finish what it serves) and, after a grace period, SIGKILL.
+stop each gets SIGTERM (finish what it serves) and, after a grace period, SIGKILL. A worker whose
+main process died (SIGKILL, OOM) gets SIGTERM too (`die_with_parent`): an orphan would keep
+serving the shared port on a config and a fleet view nobody updates any more.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -20,6 +23,24 @@ from collections.abc import Callable
 log = logging.getLogger("fleetgate.workers")
 
 RESTART_PAUSE_S = 1.0
+PARENT_ENV = "FLEETGATE_WORKER_PARENT"  # the main process's pid, set for each worker it starts
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent() -> None:
+    """Have the kernel send this worker SIGTERM when its main process dies; call it first thing.
+
+    Linux's PR_SET_PDEATHSIG; a main process already gone by the time this runs (the race the
+    man page warns of) is caught by comparing the parent pid with the one the main process left
+    in `FLEETGATE_WORKER_PARENT`. Elsewhere (no prctl) this does nothing."""
+    expected = os.environ.get(PARENT_ENV)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if expected is not None and os.getppid() != int(expected):
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def workers_arg(value: str) -> str:
@@ -54,7 +75,8 @@ class WorkerProcesses:
         self._stopping = False
 
     def _spawn(self, k: int) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(self._command(k), stdin=subprocess.DEVNULL)
+        env = {**os.environ, PARENT_ENV: str(os.getpid())}
+        return subprocess.Popen(self._command(k), stdin=subprocess.DEVNULL, env=env)
 
     def start(self) -> None:
         for k in range(1, self.count):

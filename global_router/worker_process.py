@@ -24,7 +24,7 @@ from pathlib import Path
 import msgspec
 
 from common.config.router import GlobalRouterConfig
-from common.worker_processes import WorkerProcesses
+from common.worker_processes import WorkerProcesses, die_with_parent
 
 log = logging.getLogger("fleetgate.router.workers")
 
@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, required=True, help="the router's HTTP port (shared)")
     ap.add_argument("--log-level", default="INFO", help="log level")
     args = ap.parse_args(argv)
+    die_with_parent()  # an orphan must not keep serving the shared port
     setup_logging("global-router", level=args.log_level)
     setup_tracing("global-router")
     cfg = msgspec.json.decode(Path(args.config).read_bytes(), type=GlobalRouterConfig)

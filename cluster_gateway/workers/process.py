@@ -30,7 +30,7 @@ from cluster_gateway.pool import EndpointPool
 from cluster_gateway.workers.replica import PoolReplica
 from common.asgi import listen_socket
 from common.config.gateway import GatewaySpec
-from common.worker_processes import WorkerProcesses
+from common.worker_processes import WorkerProcesses, die_with_parent
 
 log = logging.getLogger("fleetgate.gateway.workers")
 
@@ -141,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--extproc-port", type=int, default=None, help="the gateway's ext_proc port (shared)")
     ap.add_argument("--log-level", default="INFO", help="log level")
     args = ap.parse_args(argv)
+    die_with_parent()  # an orphan must not keep serving the shared port
     setup_logging("cluster-gateway", level=args.log_level)
     setup_tracing("cluster-gateway")
     spec = msgspec.json.decode(Path(args.spec).read_bytes(), type=GatewaySpec)

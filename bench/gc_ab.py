@@ -62,6 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seconds", type=int, default=5)
     args = ap.parse_args(argv)
     variants = dict(_variant(a) for a in args.variants)
+    wrk.ensure_installed()
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         launch = fronts.Launcher(workdir)

@@ -516,6 +516,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         print(f"unknown rows: {unknown} (choose from {', '.join(ROWS)})", file=sys.stderr)
         return 2
+    wrk.ensure_installed()
     nofile = rawclient.raise_nofile()  # before any process starts: they inherit it
     if nofile < 2 * max(plan.streams) + 512:
         progress(f"[throughput] warning: open-files limit {nofile} is low for {max(plan.streams)} streams")

@@ -50,10 +50,21 @@ class _FastSink:
         self._size = 0
         self._scheduled = False
         self._encode = msgspec.json.Encoder().encode
+        self._second = -1
+        self._prefix = ""
+
+    def _timestamp(self, now: float) -> str:
+        """`datetime.now(UTC).isoformat(timespec="milliseconds")`, formatting the date once a second
+        (the datetime path was ~2% of a proxied request's CPU)."""
+        second = int(now)
+        if second != self._second:
+            self._second = second
+            self._prefix = _dt.datetime.fromtimestamp(second, tz=_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        return f"{self._prefix}.{int((now - second) * 1000):03d}+00:00"
 
     def emit(self, service: str, extra: dict[str, Any]) -> None:
         entry = {
-            "ts": _dt.datetime.now(tz=_dt.UTC).isoformat(timespec="milliseconds"),
+            "ts": self._timestamp(time.time()),
             "level": "INFO",
             "service": service,
             "logger": access_log.name,

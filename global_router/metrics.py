@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from common.fast_metrics import FastHistogram
+from common.fast_metrics import FastCounter, FastHistogram
 from common.genai_metrics import DURATION_BUCKETS, TOKEN_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS, LabelCap
 from common.request_log import RequestRecord
 
@@ -26,7 +26,9 @@ class RouterMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
-        self.requests = Counter(
+        # the per-request series are lock-free dict updates (common.fast_metrics: ~0.4 µs against
+        # prometheus_client's ~4-8 µs with labels(); a proxied request observes several)
+        self.requests = FastCounter(
             "fleetgate_router_requests",
             "Requests finished by the global router",
             ["cluster", "traffic_class", "outcome"],
@@ -49,19 +51,20 @@ class RouterMetrics:
             ["cluster"],
             registry=r,
         )
-        self.ratelimit = Counter(
+        self.ratelimit = FastCounter(
             "fleetgate_router_ratelimit_decisions",
             "Rate-limit decisions by tenant and result",
             ["tenant", "decision"],
             registry=r,
         )
-        self.selection_seconds = Histogram(
+        self.selection_seconds = FastHistogram(
             "fleetgate_router_selection_seconds",
             "Time to rank clusters for a request",
+            [],
             buckets=(0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05),
             registry=r,
-        )
-        self.ttfb_seconds = Histogram(
+        ).labels()
+        self.ttfb_seconds = FastHistogram(
             "fleetgate_router_upstream_ttfb_seconds",
             "Time from forwarding to the first response byte from the cluster gateway",
             ["cluster"],

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from prometheus_client import Counter
+from prometheus_client.registry import Collector
 
 from global_router.metrics import CLIENT_ERROR, FAILED, REJECTED, STREAM_BROKEN, UPSTREAM_ERROR
 
@@ -45,7 +45,7 @@ class RequestTotals:
         }
 
 
-def _totals(counter: Counter) -> list[tuple[dict[str, str], int]]:
+def _totals(counter: Collector) -> list[tuple[dict[str, str], int]]:
     return [
         (sample.labels, int(sample.value))
         for metric in counter.collect()
@@ -54,7 +54,7 @@ def _totals(counter: Counter) -> list[tuple[dict[str, str], int]]:
     ]
 
 
-def request_totals(requests: Counter, ratelimit: Counter) -> RequestTotals:
+def request_totals(requests: Collector, ratelimit: Collector) -> RequestTotals:
     out = RequestTotals()
     for labels, n in _totals(requests):
         per = out.by_cluster.setdefault(labels.get("cluster", NO_CLUSTER), {})

@@ -304,8 +304,12 @@ class ClusterSelector:
                 code="fleet_saturated",
                 headers={"retry-after": "1"},
             )
-        self._score(cands, policy)
         target = policy.ttft_target_ms
+        if len(cands) == 1:  # one cluster: scores would order nothing (a model served in one place)
+            only = cands[0]
+            only.over_target = target is not None and only.predicted_ttft_ms > target
+            return Ranking(cands, saturated, policy)
+        self._score(cands, policy)
         for c in cands:
             c.over_target = target is not None and c.predicted_ttft_ms > target
         jitter = {id(c): self._rng.random() for c in cands}

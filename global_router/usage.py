@@ -26,14 +26,6 @@ def usage_total(usage: Any) -> int | None:
     return None
 
 
-def usage_from_body(body: bytes) -> int | None:
-    try:
-        doc = _decode(body)
-    except msgspec.DecodeError:
-        return None
-    return usage_total(doc.get("usage")) if isinstance(doc, dict) else None
-
-
 class StreamUsage:
     """Feeds on SSE bytes as they pass; knows the reported usage or the number of content chunks."""
 
@@ -59,6 +51,24 @@ class StreamUsage:
         if len(self._buf) > 1 << 20:  # a line that never ends is not SSE; stop buffering it
             self._buf = b""
 
+    def read_body(self, body: bytes) -> None:
+        """A non-streaming answer's `usage` (one decode of the whole body, shared by the rate-limit
+        reconciliation and the token metrics)."""
+        try:
+            doc = _decode(body)
+        except msgspec.DecodeError:
+            return
+        if isinstance(doc, dict):
+            self._usage(doc.get("usage"))
+
+    def _usage(self, usage: Any) -> None:
+        total = usage_total(usage)
+        if total is not None and isinstance(usage, dict):
+            self.reported = total
+            p, c = usage.get("prompt_tokens"), usage.get("completion_tokens")
+            if isinstance(p, int) and isinstance(c, int):
+                self.prompt, self.completion = p, c
+
     def _line(self, line: bytes) -> None:
         if not line.startswith(b"data:"):
             return
@@ -71,13 +81,7 @@ class StreamUsage:
             except msgspec.DecodeError:
                 return
             if isinstance(doc, dict):
-                usage = doc.get("usage")
-                total = usage_total(usage)
-                if total is not None and isinstance(usage, dict):
-                    self.reported = total
-                    p, c = usage.get("prompt_tokens"), usage.get("completion_tokens")
-                    if isinstance(p, int) and isinstance(c, int):
-                        self.prompt, self.completion = p, c
+                self._usage(doc.get("usage"))
                 if doc.get("choices"):
                     self.chunks += 1
             return

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from global_router.ratelimit import reservation_tokens
-from global_router.usage import StreamUsage, usage_from_body
+from global_router.usage import StreamUsage
 
 
 def test_reservation_is_prompt_plus_max_tokens_or_default() -> None:
@@ -12,10 +12,14 @@ def test_reservation_is_prompt_plus_max_tokens_or_default() -> None:
 
 
 def test_non_streaming_usage() -> None:
-    assert usage_from_body(b'{"usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}}') == 7
-    assert usage_from_body(b'{"usage": {"prompt_tokens": 3, "completion_tokens": 4}}') == 7
-    assert usage_from_body(b'{"choices": []}') is None
-    assert usage_from_body(b"not json") is None
+    assert _body_total(b'{"usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}}') == 7
+    assert _body_total(b'{"usage": {"prompt_tokens": 3, "completion_tokens": 4}}') == 7
+    assert _body_total(b'{"choices": []}') is None
+    assert _body_total(b"not json") is None
+    split = StreamUsage()
+    split.read_body(b'{"usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}}')
+    assert (split.prompt, split.completion, split.total(100)) == (3, 4, 7)
+    assert StreamUsage().total(100) == 100  # nothing reported: the prompt estimate
 
 
 def test_stream_usage_chunk_wins_even_when_split_across_reads() -> None:
@@ -38,3 +42,9 @@ def test_stream_without_usage_counts_content_chunks() -> None:
         b'data: {"choices":[{"text":"x"}]}\n\ndata: {"choices":[{"text":"y"}]}\n\n: keepalive\n\ndata: [DONE]\n\n'
     )
     assert u.reported is None and u.total(prompt_tokens=5) == 7
+
+
+def _body_total(body: bytes) -> int | None:
+    usage = StreamUsage()
+    usage.read_body(body)
+    return usage.reported

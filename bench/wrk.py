@@ -40,6 +40,7 @@ def ensure_installed() -> str:
     WRK = found
     return found
 
+
 _UNITS_S = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 

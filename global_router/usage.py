@@ -39,17 +39,24 @@ class StreamUsage:
         self.completion: int | None = None
 
     def feed(self, data: bytes) -> None:
-        buf = self._buf + data
-        start = 0
-        while True:
-            nl = buf.find(b"\n", start)
-            if nl < 0:
-                break
-            self._line(buf[start:nl])
-            start = nl + 1
-        self._buf = buf[start:]
+        buf = self._buf + data if self._buf else data
+        end = buf.rfind(b"\n") + 1
+        complete, self._buf = buf[:end], buf[end:]
         if len(self._buf) > 1 << 20:  # a line that never ends is not SSE; stop buffering it
             self._buf = b""
+        if not complete:
+            return
+        # The common case, counted at C speed: no usage object, and as many `"choices"` as `data:`
+        # lines (one content chunk per line). Anything else (the usage chunk, `[DONE]`, a `data:`
+        # inside content) takes the line-by-line path. This ran per chunk of every stream: the
+        # line loop was ~10% of the router's CPU with 1,000 streams.
+        if b'"usage"' not in complete:
+            n = complete.count(b'"choices"')
+            if n == complete.count(b"data:"):
+                self.chunks += n
+                return
+        for line in complete.split(b"\n"):
+            self._line(line)
 
     def read_body(self, body: bytes) -> None:
         """A non-streaming answer's `usage` (one decode of the whole body, shared by the rate-limit

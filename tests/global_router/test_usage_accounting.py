@@ -48,3 +48,42 @@ def _body_total(body: bytes) -> int | None:
     usage = StreamUsage()
     usage.read_body(body)
     return usage.reported
+
+
+def _line_by_line(stream: bytes) -> StreamUsage:
+    """The reference: every complete line through the slow path."""
+    usage = StreamUsage()
+    for line in stream.split(b"\n")[:-1]:
+        usage._line(line)
+    return usage
+
+
+def test_the_fast_count_agrees_with_the_line_by_line_path_however_the_stream_is_cut() -> None:
+    import random
+
+    chunk = b'data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"%s"}}]}\n\n'
+    parts = [chunk % b"tok" for _ in range(20)]
+    parts.insert(5, chunk % b"data: quoted")  # `data:` inside content: the slow path, same count
+    parts.insert(9, b": keep-alive comment\n\nevent: ping\n\n")
+    parts.append(
+        b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":21,"total_tokens":26}}\n\n'
+    )
+    parts.append(b"data: [DONE]\n\n")
+    stream = b"".join(parts)
+    want = _line_by_line(stream)
+    assert want.chunks == 21 and want.reported == 26
+    rng = random.Random(7)
+    for _ in range(200):
+        cuts = sorted(rng.sample(range(1, len(stream)), rng.randint(1, 40)))
+        got = StreamUsage()
+        for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True):
+            got.feed(stream[a:b])
+        assert (got.chunks, got.reported, got.prompt, got.completion) == (
+            want.chunks,
+            want.reported,
+            want.prompt,
+            want.completion,
+        ), cuts
+    without_usage = StreamUsage()
+    without_usage.feed(b"".join(parts[:-2]))
+    assert without_usage.chunks == 21 and without_usage.total(5) == 26

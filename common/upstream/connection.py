@@ -42,11 +42,6 @@ ACK_LAG_TOLERANCE_S = 0.05
 ACK_LAG_ALLOWANCE = 3.0
 
 
-def _expire(fut: asyncio.Future[None], phase: str) -> None:
-    if not fut.done():
-        fut.set_exception(UpstreamTimeout(phase))
-
-
 class Connection(asyncio.Protocol):
     """The protocol object of one TCP connection; `Response` is its consumer-facing half."""
 
@@ -58,6 +53,10 @@ class Connection(asyncio.Protocol):
         self.idle_since = 0.0
         self.requests = 0  # requests sent on this connection (>0: reused)
         self.slot_freed = False  # the pool no longer counts this connection
+        # the deadline of the wait in progress and the one lazy timer that enforces it (`_wait`)
+        self._deadline: float | None = None
+        self._phase = ""
+        self._timer: asyncio.TimerHandle | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -97,6 +96,7 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._disarm()
         if not self.complete:
             if self.head_done and exc is None and self._unframed():
                 self.complete = True  # a body without framing ends with the connection
@@ -158,15 +158,45 @@ class Connection(asyncio.Protocol):
             w.set_exception(exc)
 
     async def _wait(self, wait_s: float | None, phase: str) -> None:
-        fut = self.loop.create_future()
+        """Wait for `_wake`/`_fail`, at most `wait_s` (UpstreamTimeout(phase) after it).
+
+        A stream waits once per chunk, and a timer armed and cancelled per wait was ~5% of the
+        router's CPU with 1,000 streams. The deadline is a field instead: one timer per connection
+        stays armed, and when it fires before the current deadline (the wait it was armed for
+        ended, a later one began) it re-arms for that deadline. A deadline earlier than the armed
+        timer (a shorter wait) re-arms at once."""
+        loop = self.loop
+        fut = loop.create_future()
         self._waiter = fut
-        timer = self.loop.call_later(wait_s, _expire, fut, phase) if wait_s is not None else None
+        if wait_s is None:
+            self._deadline = None
+        else:
+            deadline = self._deadline = loop.time() + wait_s
+            self._phase = phase
+            timer = self._timer
+            if timer is None or timer.when() > deadline:
+                if timer is not None:
+                    timer.cancel()
+                self._timer = loop.call_at(deadline, self._on_timer)
         try:
             await fut
         finally:
             self._waiter = None
-            if timer is not None:
-                timer.cancel()
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        fut, deadline = self._waiter, self._deadline
+        if fut is None or fut.done() or deadline is None:
+            return  # no bounded wait in progress: the next one arms a timer again
+        if self.loop.time() >= deadline:
+            fut.set_exception(UpstreamTimeout(self._phase))
+        else:
+            self._timer = self.loop.call_at(deadline, self._on_timer)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     # --- used by HostPool / Response -----------------------------------------
     def send(self, head: bytes, body: bytes) -> None:

@@ -61,12 +61,18 @@ class StreamUsage:
     def read_body(self, body: bytes) -> None:
         """A non-streaming answer's `usage` (one decode of the whole body, shared by the rate-limit
         reconciliation and the token metrics)."""
+        self._read(body)
+
+    def _read(self, data: bytes) -> dict[str, Any] | None:
+        """One JSON document whose `usage` is recorded; None when `data` is not a JSON object."""
         try:
-            doc = _decode(body)
+            doc = _decode(data)
         except msgspec.DecodeError:
-            return
-        if isinstance(doc, dict):
-            self._usage(doc.get("usage"))
+            return None
+        if not isinstance(doc, dict):
+            return None
+        self._usage(doc.get("usage"))
+        return doc
 
     def _usage(self, usage: Any) -> None:
         total = usage_total(usage)
@@ -83,14 +89,9 @@ class StreamUsage:
         if not payload or payload == b"[DONE]":
             return
         if b'"usage"' in payload:
-            try:
-                doc = _decode(payload)
-            except msgspec.DecodeError:
-                return
-            if isinstance(doc, dict):
-                self._usage(doc.get("usage"))
-                if doc.get("choices"):
-                    self.chunks += 1
+            doc = self._read(payload)
+            if doc is not None and doc.get("choices"):
+                self.chunks += 1
             return
         if b'"choices"' in payload:
             self.chunks += 1

@@ -106,11 +106,13 @@ async def test_a_client_that_gives_up_while_queued_frees_its_queue_slot() -> Non
             await until_saturated(gw)
             async with httpx.AsyncClient(base_url=gw.url, timeout=0.4) as impatient:
                 try:
-                    await impatient.post("/v1/chat/completions", json=chat("hurry"))
+                    r = await impatient.post("/v1/chat/completions", json=chat("hurry"))
                 except httpx.TimeoutException:
                     pass
-                else:
-                    raise AssertionError("expected the client to time out while queued")
+                else:  # say what came back: seen once in a CI run under a CPU hog, cause unknown
+                    raise AssertionError(
+                        f"expected a time-out while queued, got {r.status_code}: {r.text[:300]}"
+                    )
             # freed when the client leaves, not held until the 20 s queue deadline
             await eventually(lambda: len(gw.admission) == 0, within=5.0, what="queue slot freed")
             assert 'outcome="cancelled"' in (await c.get("/metrics")).text

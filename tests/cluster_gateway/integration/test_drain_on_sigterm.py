@@ -107,9 +107,10 @@ def test_sigterm_stops_accepting_and_lets_every_stream_in_flight_finish(
                 r = fresh.get("/ready")  # a new connection each time (no keep-alive)
             except httpx.ConnectError:
                 break
-            except httpx.RemoteProtocolError:
-                # a connection the kernel queued just as a listener closed is dropped unanswered;
-                # only at the end of the notice (the 503 checks below), and refusals follow
+            except (httpx.RemoteProtocolError, httpx.ReadError):
+                # a connection the kernel queued just as a listener closed is dropped unanswered
+                # (closed, or reset); only at the end of the notice (the 503 checks below), and
+                # refusals follow
                 closing.append(at)
                 time.sleep(0.02)
                 continue

@@ -38,7 +38,7 @@ class CapturingPod:
             return
         body = await read_request_body(receive)
         path = scope["path"]
-        if path == "/metrics":
+        if path == "/metrics" or path.startswith("/metrics/"):  # vLLM's filtered scrapes ask /metrics/
             out, ctype = METRICS, b"text/plain"
         elif path == "/v1/models":
             out, ctype = (

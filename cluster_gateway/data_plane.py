@@ -105,7 +105,11 @@ class DataPlane:
         )
         app.draining = self.draining
         self._app = app
-        self._server = EmbeddedServer(server_config(app, self.spec.server))
+        # Envoy's check connections skip uvicorn's ASGI machinery (common/fast_route.py)
+        fast = None
+        if self.check is not None:
+            fast = (CHECK_PREFIX, self.check.answer, self.spec.proxy.max_body_bytes)
+        self._server = EmbeddedServer(server_config(app, self.spec.server, fast_route=fast))
         http_port = await self._server.start_on(sock)
         if self.check is not None:
             self._expiry = asyncio.create_task(self._expire_picks(self.check))

@@ -19,7 +19,8 @@ from typing import Any
 import uvicorn
 
 from common.config.server import HttpServer
-from common.errors import OpenAIError
+from common.errors import OpenAIError, body_too_large
+from common.fast_route import Handler, fast_route_protocol
 from common.http import Message, Receive, Scope, Send, send_error
 from common.http_server import ConnectionLimits, guarded_protocol
 from common.listen_error import ListenError
@@ -52,12 +53,26 @@ def listen_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.s
     return sock
 
 
-def server_config(app: Any, cfg: HttpServer, *, log_level: str = "warning") -> uvicorn.Config:
+def server_config(
+    app: Any,
+    cfg: HttpServer,
+    *,
+    log_level: str = "warning",
+    fast_route: tuple[str, Handler, int] | None = None,
+) -> uvicorn.Config:
     """The uvicorn config both tiers serve with: httptools + connection hygiene (`http_server`), the
-    app behind a JSON catch-all, no access log of uvicorn's own, no lifespan."""
+    app behind a JSON catch-all, no access log of uvicorn's own, no lifespan.
+
+    `fast_route` (prefix, handler, max body bytes): connections whose first request is under the
+    prefix are served by `fast_route.py` instead of the app (Envoy's ext_authz checks)."""
+    limits = ConnectionLimits(cfg.header_timeout_s, cfg.max_connections)
+    http: Any = guarded_protocol(limits)
+    if fast_route is not None:
+        prefix, handler, max_body = fast_route
+        http = fast_route_protocol(prefix, handler, http, limits, max_body)
     return uvicorn.Config(
         json_errors(app),
-        http=guarded_protocol(ConnectionLimits(cfg.header_timeout_s, cfg.max_connections)),
+        http=http,
         lifespan="off",
         log_level=log_level,
         access_log=False,
@@ -169,10 +184,6 @@ async def read_body(receive: Receive, declared_length: str | None, max_bytes: in
         chunks.append(chunk)
         if not msg.get("more_body", False):
             return b"".join(chunks)
-
-
-def body_too_large(max_bytes: int) -> OpenAIError:
-    return OpenAIError(413, f"Request body exceeds {max_bytes} bytes.", code="request_too_large")
 
 
 async def run_until_disconnect(

@@ -79,3 +79,7 @@ def rate_limited(message: str, *, retry_after_s: float, headers: dict[str, str] 
 
 def unavailable(message: str, *, code: str = "no_capacity") -> OpenAIError:
     return OpenAIError(503, message, code=code)
+
+
+def body_too_large(max_bytes: int) -> OpenAIError:
+    return OpenAIError(413, f"Request body exceeds {max_bytes} bytes.", code="request_too_large")

@@ -46,7 +46,7 @@ def _json_response(status: int, reason: bytes, message: str, code: str) -> bytes
     )
 
 
-_TOO_MANY = _json_response(
+TOO_MANY_CONNECTIONS = _json_response(
     503,
     b"Service Unavailable",
     "Too many open connections to this server; retry later.",
@@ -63,7 +63,7 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             if len(self.connections) > limits.max_connections:
-                transport.write(_TOO_MANY)
+                transport.write(TOO_MANY_CONNECTIONS)
                 transport.close()
                 return
             self._arm()

@@ -17,6 +17,7 @@ The pod's in-flight slot stays open in the ledger until Envoy's access log repor
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from opentelemetry import context as otel_context
@@ -30,7 +31,8 @@ from cluster_gateway.request_path.headers import DESTINATION_HEADER, client_head
 from cluster_gateway.request_path.outliers import OutlierDetector
 from common.asgi import ClientGone, read_body, run_until_disconnect
 from common.errors import OpenAIError
-from common.http import ASGIApp, Receive, Scope, Send, send_body, send_error
+from common.fast_route import Answer
+from common.http import ASGIApp, RawHeaders, Receive, Scope, Send, send_body, send_error
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, MAX_JSON_DEPTH, parse_request
 from common.telemetry import extract_context
 
@@ -44,7 +46,9 @@ _REMOVE_HEADER = b"x-envoy-auth-headers-to-remove"
 _TOKEN_HEADER = ENVOY_TOKEN_HEADER.encode()
 ENDPOINTS_HEADER = "x-fleetgate-endpoints"  # the ranked list, for override_host's retries
 _ENDPOINTS = ENDPOINTS_HEADER.encode()
-_SET_BY_CHECK = frozenset({DESTINATION_HEADER.encode(), PICK_HEADER.encode()})
+_DESTINATION = DESTINATION_HEADER.encode()
+_PICK = PICK_HEADER.encode()
+_SET_BY_CHECK = frozenset({_DESTINATION, _PICK})
 
 
 class PickCheck:
@@ -78,71 +82,101 @@ class PickCheck:
         return {("POST", CHECK_PREFIX + path): self for path in sorted(_INFERENCE_PATHS)}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope["path"][len(CHECK_PREFIX) :]
-        if scope["method"] != "POST" or path not in _INFERENCE_PATHS:
-            if path in _INFERENCE_PATHS:
-                err = OpenAIError(405, f"Method {scope['method']} not allowed on {path}")
-            else:
-                err = OpenAIError(
-                    404, f"Unknown path {path}", code="unknown_url", type="invalid_request_error"
-                )
-            self.metrics.request_done("-", "-", REJECTED)
-            await send_error(send, err)
-            return
-        if self.envoy_token.required and not self._from_envoy(scope):
-            self.metrics.request_done("-", "-", REJECTED)
-            await send_error(send, OpenAIError(403, "Checks are for the gateway's Envoy", code="forbidden"))
-            return
+        """A check on a connection that uvicorn serves (its first request was not a check)."""
         try:
-            headers = client_headers(scope["headers"])
-            body = await read_body(receive, headers.get("content-length"), self.max_body)
-            self.auth.verify_asgi("POST", path, scope["headers"], body)
-            parsed = parse_request(body, path, self.max_depth)
-            answer: list[tuple[bytes, bytes]] = []
-
-            async def pick() -> None:
-                token = otel_context.attach(extract_context(headers))
-                try:
-                    chosen = await self.dispatcher.pick(parsed, headers)
-                finally:
-                    otel_context.detach(token)
-                ranked = self.outliers.rank(chosen.pods)
-                pod = ranked[0]
-                self.dispatcher.dispatched(chosen, pod)  # from here the slot is the ledger's
-                pick_id = self.ledger.open(chosen, pod)
-                answer.extend(
-                    [
-                        (DESTINATION_HEADER.encode(), pod.endpoint.hostport.encode()),
-                        (PICK_HEADER.encode(), pick_id.encode()),
-                    ]
-                )
-                if self.fallbacks and len(ranked) > 1:
-                    listed = ",".join(p.endpoint.hostport for p in ranked[: 1 + self.fallbacks])
-                    answer.append((_ENDPOINTS, listed.encode()))
-
-            # Envoy gave up on the check (its timeout, the client left): no pick, no slot
-            if await run_until_disconnect(pick(), receive, lambda: bool(answer)):
-                raise ClientGone
+            body = await read_body(
+                receive, client_headers(scope["headers"]).get("content-length"), self.max_body
+            )
         except ClientGone:
             self.metrics.request_done("-", "-", CANCELLED)
             return
         except OpenAIError as err:
-            self.metrics.request_done("-", "-", SHED if err.status == 429 else REJECTED)
+            self.metrics.request_done("-", "-", REJECTED)
             await send_error(send, err)
             return
+        answers: list[Answer] = []
+
+        async def work() -> None:
+            answers.append(await self.answer(scope["method"], scope["path"], scope["headers"], body))
+
+        if await run_until_disconnect(work(), receive, lambda: bool(answers)):
+            return  # Envoy gave up on the check (its timeout): no pick, no slot
+        answer = answers[0]
+        try:
+            await send_body(send, answer.status, answer.body, answer.headers)
+        except OSError:
+            if answer.undelivered is not None:
+                answer.undelivered()
+            raise
+
+    async def answer(self, method: str, path: str, raw_headers: RawHeaders, body: bytes) -> Answer:
+        """The check itself, transport-free: `common/fast_route.py` calls it on Envoy's connections.
+
+        A 200 carries the pick; any other answer is the OpenAI-format denial Envoy relays. Cancelled
+        (Envoy gave up) before the pick: no slot is taken.
+        """
+        path = path[len(CHECK_PREFIX) :] if path.startswith(CHECK_PREFIX) else path
+        if method != "POST" or path not in _INFERENCE_PATHS:
+            if path in _INFERENCE_PATHS:
+                return self._deny(OpenAIError(405, f"Method {method} not allowed on {path}"), REJECTED)
+            return self._deny(
+                OpenAIError(404, f"Unknown path {path}", code="unknown_url", type="invalid_request_error"),
+                REJECTED,
+            )
+        if self.envoy_token.required and not self._from_envoy(raw_headers):
+            return self._deny(
+                OpenAIError(403, "Checks are for the gateway's Envoy", code="forbidden"), REJECTED
+            )
+        try:
+            headers = client_headers(raw_headers)
+            self.auth.verify_asgi("POST", path, raw_headers, body)
+            parsed = parse_request(body, path, self.max_depth)
+            token = otel_context.attach(extract_context(headers))
+            try:
+                chosen = await self.dispatcher.pick(parsed, headers)
+            finally:
+                otel_context.detach(token)
+        except OpenAIError as err:
+            return self._deny(err, SHED if err.status == 429 else REJECTED)
+        except asyncio.CancelledError:
+            self.metrics.request_done("-", "-", CANCELLED)
+            raise
+        ranked = self.outliers.rank(chosen.pods)
+        pod = ranked[0]
+        self.dispatcher.dispatched(chosen, pod)  # from here the slot is the ledger's
+        pick_id = self.ledger.open(chosen, pod)
+        out = [
+            (_DESTINATION, pod.endpoint.hostport.encode()),
+            (_PICK, pick_id.encode()),
+        ]
+        if self.fallbacks and len(ranked) > 1:
+            listed = ",".join(p.endpoint.hostport for p in ranked[: 1 + self.fallbacks])
+            out.append((_ENDPOINTS, listed.encode()))
         # The client's copies of the two headers set above are overwritten by Envoy; naming them here
         # too would remove the pick itself (Envoy applies removals after the set).
-        internal = [
+        internal = {
             k
-            for k, _ in scope["headers"]
+            for k, _ in raw_headers
             if k not in _SET_BY_CHECK and k != _TOKEN_HEADER and is_internal(k.decode("latin-1").lower())
-        ]
+        }
         if internal:
-            answer.append((_REMOVE_HEADER, b",".join(sorted(set(internal)))))
-        await send_body(send, 200, b"", answer)
+            out.append((_REMOVE_HEADER, b",".join(sorted(internal))))
+        return Answer(200, out, undelivered=lambda: self._undelivered(pick_id))
 
-    def _from_envoy(self, scope: Scope) -> bool:
-        return self.envoy_token.accepts(next((v for k, v in scope["headers"] if k == _TOKEN_HEADER), None))
+    def _deny(self, err: OpenAIError, outcome: str) -> Answer:
+        self.metrics.request_done("-", "-", outcome)
+        hdrs = [(b"content-type", b"application/json")]
+        hdrs += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in err.headers.items()]
+        return Answer(err.status, hdrs, err.body_bytes())
+
+    def _undelivered(self, pick_id: str) -> None:
+        """Envoy left before the answer reached it: the request never goes to the pod."""
+        entry = self.ledger.close(pick_id)
+        if entry is not None:
+            self._finish(entry, CANCELLED)
+
+    def _from_envoy(self, raw_headers: RawHeaders) -> bool:
+        return self.envoy_token.accepts(next((v for k, v in raw_headers if k == _TOKEN_HEADER), None))
 
     def release(self, pick_id: str, status: int) -> bool:
         """Envoy logged the end of this pick's request with `status` (0: no response, e.g. reset)."""

@@ -18,6 +18,9 @@ from cluster_gateway.extproc.envoy_token import ENVOY_TOKEN_HEADER
 from cluster_gateway.request_path.headers import DESTINATION_HEADER
 
 CHECK_CLUSTER = "fleetgate-check"
+# The same port for `GET /v1/models`, in a cluster of its own: its connections then never carry a
+# check, and the check connections stay on the gateway's lean check path (common/fast_route.py).
+GATEWAY_CLUSTER = "fleetgate-gateway"
 # The check's ranked list (`x-fleetgate-endpoints: ip:port,ip:port`) becomes dynamic metadata of the
 # ext_authz filter, where an override_host cluster finds the fallbacks for its retries.
 ENDPOINTS_METADATA = {"key": "envoy.filters.http.ext_authz", "path": [{"key": ENDPOINTS_HEADER}]}
@@ -28,7 +31,7 @@ def ext_authz_filter(
 ) -> dict[str, Any]:
     """`envoy_token`: sent with every check (`extProc.envoyTokenSha256` holds its digest); Envoy
     overwrites a client's header of that name."""
-    request: dict[str, Any] = {"allowed_headers": {"patterns": [{"safe_regex": {"regex": ".*"}}]}}
+    request: dict[str, Any] = {}
     if envoy_token is not None:
         request["headers_to_add"] = [{"key": ENVOY_TOKEN_HEADER, "value": envoy_token}]
     return {
@@ -37,6 +40,9 @@ def ext_authz_filter(
             "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz",
             "transport_api_version": "V3",
             "failure_mode_allow": False,
+            # every client header (the filter-level field; `authorization_request.allowed_headers`
+            # is deprecated and logs a warning at each start)
+            "allowed_headers": {"patterns": [{"safe_regex": {"regex": ".*"}}]},
             "status_on_error": {"code": 503},
             "with_request_body": {"max_request_bytes": max_body_bytes, "allow_partial_message": False},
             "http_service": {
@@ -65,7 +71,7 @@ def models_route(upstream_timeout_s: float) -> dict[str, Any]:
     credential), without a check: an allowed check would need a pod to route to."""
     return {
         "match": {"path": "/v1/models"},
-        "route": {"cluster": CHECK_CLUSTER, "timeout": f"{upstream_timeout_s}s"},
+        "route": {"cluster": GATEWAY_CLUSTER, "timeout": f"{upstream_timeout_s}s"},
         "typed_per_filter_config": {
             "envoy.filters.http.ext_authz": {
                 "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute",
@@ -75,22 +81,29 @@ def models_route(upstream_timeout_s: float) -> dict[str, Any]:
     }
 
 
-def check_cluster(host: str, port: int, breakers: dict[str, Any]) -> dict[str, Any]:
-    """The gateway's HTTP port, HTTP/1.1 keep-alive: the kernel spreads Envoy's connections over the
-    serving processes (SO_REUSEPORT)."""
-    return {
-        "name": CHECK_CLUSTER,
-        "type": "STATIC",
-        "connect_timeout": "2s",
-        "circuit_breakers": breakers,
-        "load_assignment": {
-            "cluster_name": CHECK_CLUSTER,
-            "endpoints": [
-                {
-                    "lb_endpoints": [
-                        {"endpoint": {"address": {"socket_address": {"address": host, "port_value": port}}}}
-                    ]
-                }
-            ],
-        },
-    }
+def check_clusters(host: str, port: int, breakers: dict[str, Any]) -> list[dict[str, Any]]:
+    """The gateway's HTTP port, HTTP/1.1 keep-alive, as two clusters (checks; the models route): the
+    kernel spreads Envoy's connections over the serving processes (SO_REUSEPORT)."""
+    return [
+        {
+            "name": name,
+            "type": "STATIC",
+            "connect_timeout": "2s",
+            "circuit_breakers": breakers,
+            "load_assignment": {
+                "cluster_name": name,
+                "endpoints": [
+                    {
+                        "lb_endpoints": [
+                            {
+                                "endpoint": {
+                                    "address": {"socket_address": {"address": host, "port_value": port}}
+                                }
+                            }
+                        ]
+                    }
+                ],
+            },
+        }
+        for name in (CHECK_CLUSTER, GATEWAY_CLUSTER)
+    ]

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from cluster_gateway.extauthz.envoy_filter import (
     ENDPOINTS_METADATA,
-    check_cluster,
+    check_clusters,
     ext_authz_filter,
     models_route,
 )
@@ -226,7 +226,7 @@ def envoy_bootstrap(
             ],
             "clusters": [
                 {**_pods_cluster(pods, picker), "circuit_breakers": breakers},
-                *([check_cluster(extproc_host, check_port, breakers)] if check_port is not None else []),
+                *(check_clusters(extproc_host, check_port, breakers) if check_port is not None else []),
                 {
                     "name": "fleetgate-picker",
                     "type": "STATIC",

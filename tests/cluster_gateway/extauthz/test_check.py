@@ -4,6 +4,7 @@ held until the access log releases it."""
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 import httpx
@@ -133,3 +134,19 @@ async def test_with_an_envoy_token_only_envoy_may_ask() -> None:
         stranger.status_code == wrong.status_code == 403 and stranger.json()["error"]["code"] == "forbidden"
     )
     assert envoy.status_code == 200 and inflight(p.pool, "idle") == 1
+
+
+async def test_a_pick_whose_answer_never_reached_envoy_releases_its_slot_at_once() -> None:
+    """Envoy's own connections are served by `common/fast_route.py`, which calls `answer()`; an
+    answer written to a closed connection is `undelivered`: no request will reach the pod."""
+    p = plane()
+    assert p.check is not None
+    body = json.dumps(chat()).encode()
+    answer = await p.check.answer("POST", CHAT, [(b"content-type", b"application/json")], body)
+    assert answer.status == 200 and inflight(p.pool, "idle") == 1
+    assert answer.undelivered is not None
+    answer.undelivered()
+    assert inflight(p.pool, "idle") == 0 and len(p.check.ledger) == 0
+    denied = await p.check.answer("POST", CHAT, [], b"{oops")
+    assert denied.status == 400 and denied.undelivered is None
+    assert json.loads(denied.body)["error"]["code"] == "invalid_json"

@@ -2,9 +2,11 @@
 
 One static OpenAI-style backend (bench/static_backend.py: tens of thousands of requests/s alone, SSE
 streams of 50 chunks 10 ms apart) sits behind each router in turn, so the router is the bottleneck:
-direct (the backend alone), the Fleetgate embedded proxy, Envoy + the Fleetgate ext_proc picker, the
-Fleetgate global router + a gateway with its capacity agent, and the peers installed in
-`.venv-peers` (sglang-router, vllm-router, LiteLLM proxy; `--peers` installs the missing ones).
+direct (the backend alone), the Fleetgate embedded proxy, Envoy + the Fleetgate ext_proc picker,
+Envoy + the ext_authz picker (with the gateway's default serving processes, and with one: Envoy
+shares this box's cores), the Fleetgate global router + a gateway with its capacity agent, and the
+peers installed in `.venv-peers` (sglang-router, vllm-router, LiteLLM proxy; `--peers` installs
+the missing ones).
 Per router, in this order (the 2,000-stream storm last, so a router it breaks spoils nothing else):
   * req/s at wrk concurrency 64 (non-streaming POSTs), and at 8 and 128 for the CPU-flatness check;
   * added p50/p99 at a fixed 20 req/s, open loop, interleaved with the same requests sent directly;
@@ -208,39 +210,64 @@ def measure(front: fronts.Front, direct: fronts.Front, plan: Plan, script_dir: P
 
 
 # --- rows -------------------------------------------------------------------------------------
-ROWS = ("direct", "embedded", "envoy", "envoy-authz", "global", "sglang", "vllm", "litellm")
+ROWS = (
+    "direct",
+    "embedded",
+    "envoy",
+    "envoy-authz",
+    "envoy-authz-w1",
+    "global",
+    "global-w1",
+    "sglang",
+    "vllm",
+    "litellm",
+)
 TITLES = {
     "direct": "direct (backend alone)",
     "embedded": "Fleetgate embedded proxy",
     "envoy": "Fleetgate Envoy + ext_proc picker",
     "envoy-authz": "Fleetgate Envoy + ext_authz picker",
+    "envoy-authz-w1": "Fleetgate Envoy + ext_authz picker, gateway --workers 1",
     "global": "Fleetgate global router + gateway",
+    "global-w1": "Fleetgate global router + gateway, gateway --workers 1",
     "sglang": "sglang-router",
     "vllm": "vllm-router",
     "litellm": "LiteLLM proxy",
 }
 PEER_ROWS = {"sglang": "sglang-router", "vllm": "vllm-router", "litellm": "litellm"}
 
+# The `-w1` rows: the same tier with one serving process instead of one per core (the default). On
+# this box the gateway shares both cores with Envoy (or the router), the backend and the load
+# generator, and a second serving process costs more in switching and cross-process bookkeeping
+# than it adds; an operator co-locating them would size it so (docs/benchmarks.md).
+_Starter = Callable[[fronts.Launcher, str, int], fronts.Front]
+STARTERS: dict[str, _Starter] = {
+    "embedded": lambda launch, backend, _c: fronts.embedded(launch, backend),
+    "envoy": lambda launch, backend, c: fronts.envoy(launch, backend, c),
+    "envoy-authz": lambda launch, backend, c: fronts.envoy(launch, backend, c, picker="ext_authz"),
+    "envoy-authz-w1": lambda launch, backend, c: fronts.envoy(
+        launch, backend, c, picker="ext_authz", workers=1
+    ),
+    "global": lambda launch, backend, _c: fronts.global_router(launch, backend),
+    "global-w1": lambda launch, backend, _c: fronts.global_router(launch, backend, workers=1),
+    "sglang": lambda launch, backend, _c: fronts.rust_peer(launch, backend, "sglang"),
+    "vllm": lambda launch, backend, _c: fronts.rust_peer(launch, backend, "vllm"),
+    "litellm": lambda launch, backend, _c: fronts.litellm(launch, backend),
+}
+
 
 def start_front(key: str, launch: fronts.Launcher, backend: str, envoy_concurrency: int) -> fronts.Front:
-    if key == "embedded":
-        return fronts.embedded(launch, backend)
-    if key == "envoy":
-        return fronts.envoy(launch, backend, envoy_concurrency)
-    if key == "envoy-authz":
-        return fronts.envoy(launch, backend, envoy_concurrency, picker="ext_authz")
-    if key == "global":
-        return fronts.global_router(launch, backend)
-    if key in ("sglang", "vllm"):
-        return fronts.rust_peer(launch, backend, key)
-    if key == "litellm":
-        return fronts.litellm(launch, backend)
-    raise ValueError(key)
+    return STARTERS[key](launch, backend, envoy_concurrency)
+
+
+# Only on request (`--rows`): one gateway process behind the router is faster at c64 but, on this
+# box, late to acknowledge some of 2,000 concurrent streams (the router's ack deadline fails them).
+OPT_IN_ROWS = frozenset({"global-w1"})
 
 
 def default_rows() -> list[str]:
     have = set(fronts.installed_peers())
-    return [k for k in ROWS if k not in PEER_ROWS or PEER_ROWS[k] in have]
+    return [k for k in ROWS if k not in OPT_IN_ROWS and (k not in PEER_ROWS or PEER_ROWS[k] in have)]
 
 
 # --- table ------------------------------------------------------------------------------------
@@ -491,7 +518,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="fleetgate bench throughput", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one run, short windows (about 4 minutes)")
     ap.add_argument("--peers", action="store_true", help="install missing peers into .venv-peers first")
-    ap.add_argument("--rows", help=f"comma-separated subset of {', '.join(ROWS)} (default: all available)")
+    ap.add_argument(
+        "--rows",
+        help=f"comma-separated subset of {', '.join(ROWS)} (default: all available but "
+        f"{', '.join(sorted(OPT_IN_ROWS))})",
+    )
     ap.add_argument("--runs", type=int, help="repetitions per row (default 2, 1 with --quick)")
     ap.add_argument("--stream-timeout", type=float, help="seconds per stream before it counts as timed out")
     ap.add_argument(

@@ -156,14 +156,18 @@ def _ready(front: Front, proc: subprocess.Popen[bytes], log: Path, timeout_s: fl
 # --- Fleetgate ---------------------------------------------------------------------------------
 _GATEWAY_PORT = r"cluster gateway [^\s\"]+ listening on http://127\.0\.0\.1:(\d+)"
 # `fleetgate gateway` defaults to one serving process per core: measure once the last one is up
-_LAST_WORKER = rf"gateway worker {max(1, (os.cpu_count() or 1) - 1)} \(pid (\d+)\) serving"
 
 
-def _wait_gateway(proc: subprocess.Popen[bytes], log: Path) -> str:
+def _wait_gateway(proc: subprocess.Popen[bytes], log: Path, workers: int | None = None) -> str:
     port = wait_log(proc, log, _GATEWAY_PORT)
-    if (os.cpu_count() or 1) > 1:
-        wait_log(proc, log, _LAST_WORKER)
+    count = workers if workers is not None else os.cpu_count() or 1
+    if count > 1:
+        wait_log(proc, log, rf"gateway worker {count - 1} \(pid (\d+)\) serving")
     return port
+
+
+def _workers(workers: int | None) -> list[str]:
+    return [] if workers is None else ["--workers", str(workers)]
 
 
 _PICKER_PORT = r"ext_proc endpoint picker listening on 127\.0\.0\.1:(\d+)"
@@ -190,9 +194,12 @@ def envoy_binary() -> str | None:
     return str(local) if local.exists() else shutil.which("envoy")
 
 
-def envoy(launch: Launcher, backend: str, concurrency: int, picker: str = "ext_proc") -> Front:
+def envoy(
+    launch: Launcher, backend: str, concurrency: int, picker: str = "ext_proc", workers: int | None = None
+) -> Front:
     """Envoy in front of the gateway's picker: an ext_proc stream per request, or (`ext_authz`) an
-    HTTP check on the gateway's port with the ends reported by Envoy's access log."""
+    HTTP check on the gateway's port with the ends reported by Envoy's access log. `workers`: the
+    gateway's serving processes (default: its own, one per core)."""
     from cluster_gateway.extproc.envoy_config import envoy_bootstrap
 
     binary = envoy_binary()
@@ -208,10 +215,13 @@ def envoy(launch: Launcher, backend: str, concurrency: int, picker: str = "ext_p
         "--extproc-port",
         "0",
         *(["--extauthz"] if authz else []),
+        *_workers(workers),
     ]
     gw, gw_log = launch.start(f"envoy-{picker}-picker", _fleetgate(*args))
     grpc_port = int(wait_log(gw, gw_log, _PICKER_PORT))
-    http_port = int(_wait_gateway(gw, gw_log))  # every worker serves the picker before Envoy sends traffic
+    http_port = int(
+        _wait_gateway(gw, gw_log, workers)
+    )  # every worker serves the picker before Envoy sends traffic
     listen, admin = procs.free_port(), procs.free_port()
     cfg = launch.workdir / f"envoy-{picker}.json"
     bootstrap = envoy_bootstrap(
@@ -241,11 +251,15 @@ def envoy(launch: Launcher, backend: str, concurrency: int, picker: str = "ext_p
         30,
     )
     title = "Fleetgate Envoy + ext_authz picker" if authz else "Fleetgate Envoy + ext_proc picker"
+    if workers is not None:
+        title += f", gateway --workers {workers}"
     front = Front(title, f"http://127.0.0.1:{listen}", [gw.pid, proc.pid], logs=[gw_log, log])
     return _ready(front, proc, log)
 
 
-def global_router(launch: Launcher, backend: str) -> Front:
+def global_router(launch: Launcher, backend: str, workers: int | None = None) -> Front:
+    """The router (its default: one serving process without Redis) in front of one gateway
+    (`workers`: its serving processes, default one per core)."""
     grpc_port = procs.free_port()
     cfg = launch.workdir / "router.yaml"
     # the production cadence (report every 1 s, stale after 3 s), not global_bench's fast failover one
@@ -258,14 +272,17 @@ def global_router(launch: Launcher, backend: str) -> Front:
     gw_cfg = write_gateway_config(
         launch.workdir, "bench", [backend], grpc_port, scrape_interval_ms=100, report_interval_ms=1000
     )
-    gw, gw_log = launch.start("global-gateway", _fleetgate("gateway", "--config", str(gw_cfg), "--port", "0"))
-    _wait_gateway(gw, gw_log)
+    gw, gw_log = launch.start(
+        "global-gateway", _fleetgate("gateway", "--config", str(gw_cfg), "--port", "0", *_workers(workers))
+    )
+    _wait_gateway(gw, gw_log, workers)
     try:
         wait_fresh(url, ["bench"], MODEL, time.monotonic() + 30)
     except RuntimeError as exc:
         raise StartFailed(f"{exc}; logs {r_log}, {gw_log}: {log_tail(gw_log)}") from exc
     front = Front(
-        "Fleetgate global router + gateway",
+        "Fleetgate global router + gateway"
+        + (f", gateway --workers {workers}" if workers is not None else ""),
         url,
         [router.pid, gw.pid],
         {"authorization": f"Bearer {API_KEY}"},

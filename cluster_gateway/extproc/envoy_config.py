@@ -45,6 +45,17 @@ _ENVOY_ERROR_BODY: dict[str, Any] = {
         }
     }
 }
+_CHECK_FAILED_BODY: dict[str, Any] = {
+    "json_format": {
+        "error": {
+            "message": "The gateway could not pick a model server (its endpoint picker did not answer); "
+            "retry later.",
+            "type": "server_error",
+            "param": None,
+            "code": "picker_unavailable",
+        }
+    }
+}
 LOCAL_REPLY_CONFIG: dict[str, Any] = {
     "mappers": [
         {
@@ -62,6 +73,21 @@ LOCAL_REPLY_CONFIG: dict[str, Any] = {
         {
             "filter": {"response_flag_filter": {"flags": ["UH", "UF", "UO", "NR", "URX", "UT", "UC", "UR"]}},
             "body_format_override": _ENVOY_ERROR_BODY,
+        },
+        # The ext_authz check failed (the gateway's port refused, reset or timed out): Envoy's
+        # `status_on_error` 503 has no body. Denials carry the flag `UAEX` too, with the check's
+        # own JSON, so the match is on the details Envoy gives only to failures.
+        {
+            "filter": {
+                "extension_filter": {
+                    "name": "envoy.access_loggers.extension_filters.cel",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter",
+                        "expression": "response.code_details == 'ext_authz_error'",
+                    },
+                }
+            },
+            "body_format_override": _CHECK_FAILED_BODY,
         },
     ],
 }

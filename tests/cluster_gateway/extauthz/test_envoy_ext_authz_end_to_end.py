@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -161,3 +162,28 @@ async def test_override_host_mode_fails_over_to_the_checks_ranked_fallbacks(tmp_
                 assert retried and int(retried[0].split()[-1]) >= 1  # at least the first one failed over
         finally:
             await gw.stop()
+
+
+async def test_an_unreachable_check_is_a_503_in_openai_json(tmp_path: Path) -> None:
+    """The gateway's HTTP port is down (a bound socket that never listens: refused): Envoy's own
+    503 for the failed check is JSON too, not an empty body."""
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    try:
+        bootstrap = envoy_bootstrap(
+            listen_port=0,
+            extproc_port=closed.getsockname()[1],
+            admin_port=0,
+            picker="ext_authz",
+            check_port=closed.getsockname()[1],
+        )
+        async with (
+            envoy_process(bootstrap, tmp_path) as envoy,
+            httpx.AsyncClient(base_url=envoy.url, timeout=30) as client,
+        ):
+            r = await client.post("/v1/chat/completions", json=chat("hi"))
+    finally:
+        closed.close()
+    assert r.status_code == 503 and r.headers["content-type"] == "application/json", (r.headers, r.text)
+    err = r.json()["error"]
+    assert err["type"] == "server_error" and err["code"] == "picker_unavailable" and err["message"]

@@ -158,6 +158,36 @@ async def test_other_connections_are_handed_to_the_app_with_every_byte() -> None
 
 
 @on_both_loops
+async def test_a_first_request_that_is_not_http_gets_uvicorns_json_400() -> None:
+    h = Handler()
+    async with serving(h) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"\x00\x01 not http\r\n\r\n")
+        status, headers, body = await read_response(reader)
+        assert status == 400 and headers["content-type"] == "application/json"
+        assert json.loads(body)["error"]["code"] == "invalid_http_request"
+        writer.close()
+    assert h.seen == []
+
+
+@on_both_loops
+async def test_a_client_waiting_for_100_continue_gets_it_before_sending_the_body() -> None:
+    h = Handler()
+    async with serving(h) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            f"POST {PREFIX}/echo HTTP/1.1\r\nhost: t\r\ncontent-length: 4\r\nexpect: 100-continue\r\n\r\n".encode()
+        )
+        assert (
+            await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT_S) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        )
+        writer.write(b"body")
+        status, headers, _ = await read_response(reader)
+        assert (status, headers["x-echo"]) == (200, ":body")
+        writer.close()
+
+
+@on_both_loops
 async def test_bad_input_on_the_fast_path_is_json() -> None:
     h = Handler()
     async with serving(h) as port:

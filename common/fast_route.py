@@ -246,8 +246,8 @@ class FastRouteProtocol(asyncio.Protocol):
             if name == b"content-length" and value.isdigit() and int(value) > self.max_body:
                 self._reject(body_too_large(self.max_body))
                 return
-            if name == b"expect" and value.lower() == b"100-continue" and self.transport is not None:
-                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            if name == b"expect" and value.lower() == b"100-continue":
+                self._continue()
 
     def on_body(self, body: bytes) -> None:
         if self.hand_over or self.rejected:
@@ -276,6 +276,11 @@ class FastRouteProtocol(asyncio.Protocol):
                 self.transport.pause_reading()
             return
         self._start(req)
+
+    def _continue(self) -> None:
+        """The interim 100, unless an earlier request's answer is pending (it would overtake it)."""
+        if self.transport is not None and self.busy is None and not self.queue:
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     # --- answering ---------------------------------------------------------------------------
     def _start(self, req: _Request) -> None:

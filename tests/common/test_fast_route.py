@@ -184,6 +184,13 @@ async def test_a_client_waiting_for_100_continue_gets_it_before_sending_the_body
         writer.write(b"body")
         status, headers, _ = await read_response(reader)
         assert (status, headers["x-echo"]) == (200, ":body")
+        # behind a request still being answered, no interim 100 may overtake that answer
+        expecting = f"POST {PREFIX}/echo HTTP/1.1\r\ncontent-length: 1\r\nexpect: 100-continue\r\n\r\nx"
+        writer.write(request(f"{PREFIX}/wait", b"1") + expecting.encode())
+        await asyncio.wait_for(h.started.wait(), WAIT_S)
+        h.release.set()
+        first, second = await read_response(reader), await read_response(reader)
+        assert (first[0], first[1]["x-echo"], second[0], second[1]["x-echo"]) == (200, ":1", 200, ":x")
         writer.close()
 
 

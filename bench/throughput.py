@@ -3,10 +3,10 @@
 One static OpenAI-style backend (bench/static_backend.py: tens of thousands of requests/s alone, SSE
 streams of 50 chunks 10 ms apart) sits behind each router in turn, so the router is the bottleneck:
 direct (the backend alone), the Fleetgate embedded proxy, Envoy + the Fleetgate ext_proc picker,
-Envoy + the ext_authz picker (with the gateway's default serving processes, and with one: Envoy
-shares this box's cores), the Fleetgate global router + a gateway with its capacity agent, and the
-peers installed in `.venv-peers` (sglang-router, vllm-router, LiteLLM proxy; `--peers` installs
-the missing ones).
+Envoy + the ext_authz picker, the Fleetgate global router + a gateway with its capacity agent (the
+last two with the gateway's default serving processes, and with one: they share this box's cores),
+and the peers installed in `.venv-peers` (sglang-router, vllm-router, LiteLLM proxy; `--peers`
+installs the missing ones).
 Per router, in this order (the 2,000-stream storm last, so a router it breaks spoils nothing else):
   * req/s at wrk concurrency 64 (non-streaming POSTs), and at 8 and 128 for the CPU-flatness check;
   * added p50/p99 at a fixed 20 req/s, open loop, interleaved with the same requests sent directly;
@@ -236,10 +236,10 @@ TITLES = {
 }
 PEER_ROWS = {"sglang": "sglang-router", "vllm": "vllm-router", "litellm": "litellm"}
 
-# The `-w1` rows: the same tier with one serving process instead of one per core (the default). On
-# this box the gateway shares both cores with Envoy (or the router), the backend and the load
-# generator, and a second serving process costs more in switching and cross-process bookkeeping
-# than it adds; an operator co-locating them would size it so (docs/benchmarks.md).
+# The `-w1` rows: the same tier with one gateway serving process instead of one per core (the
+# default). On this box the gateway shares both cores with Envoy (or the router), the backend and the
+# load generator, and a second serving process costs more in switching and cross-process bookkeeping
+# than it adds; an operator co-locating them would size it so (docs/data-path.md, "Sizing").
 _Starter = Callable[[fronts.Launcher, str, int], fronts.Front]
 STARTERS: dict[str, _Starter] = {
     "embedded": lambda launch, backend, _c: fronts.embedded(launch, backend),
@@ -260,14 +260,9 @@ def start_front(key: str, launch: fronts.Launcher, backend: str, envoy_concurren
     return STARTERS[key](launch, backend, envoy_concurrency)
 
 
-# Only on request (`--rows`): one gateway process behind the router is faster at c64 but, on this
-# box, late to acknowledge some of 2,000 concurrent streams (the router's ack deadline fails them).
-OPT_IN_ROWS = frozenset({"global-w1"})
-
-
 def default_rows() -> list[str]:
     have = set(fronts.installed_peers())
-    return [k for k in ROWS if k not in OPT_IN_ROWS and (k not in PEER_ROWS or PEER_ROWS[k] in have)]
+    return [k for k in ROWS if k not in PEER_ROWS or PEER_ROWS[k] in have]
 
 
 # --- table ------------------------------------------------------------------------------------
@@ -518,11 +513,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="fleetgate bench throughput", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one run, short windows (about 4 minutes)")
     ap.add_argument("--peers", action="store_true", help="install missing peers into .venv-peers first")
-    ap.add_argument(
-        "--rows",
-        help=f"comma-separated subset of {', '.join(ROWS)} (default: all available but "
-        f"{', '.join(sorted(OPT_IN_ROWS))})",
-    )
+    ap.add_argument("--rows", help=f"comma-separated subset of {', '.join(ROWS)} (default: all available)")
     ap.add_argument("--runs", type=int, help="repetitions per row (default 2, 1 with --quick)")
     ap.add_argument("--stream-timeout", type=float, help="seconds per stream before it counts as timed out")
     ap.add_argument(

@@ -40,6 +40,9 @@ _LOW_WATER = 64 * 1024
 # such lag is at most this multiple of the ack deadline
 ACK_LAG_TOLERANCE_S = 0.05
 ACK_LAG_ALLOWANCE = 3.0
+# read_ack: when the deadline passes while the same host is sending bytes on its other connections,
+# it is busy, not black-holed; the deadline is renewed, up to this multiple of it in all
+ACK_BUSY_ALLOWANCE = 3.0
 
 
 class Connection(asyncio.Protocol):
@@ -85,6 +88,7 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.got_bytes = True
+        self.pool.heard += 1
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -215,10 +219,18 @@ class Connection(asyncio.Protocol):
         (the event loop lagged, and the ack may sit unread in the socket) the deadline moves by the
         lateness, up to `ACK_LAG_ALLOWANCE` x `wait_s` in all. Without it a router loaded enough to
         lag seconds took every gateway for black-holed at once and ejected them (a burst of 400
-        streams through one replica on a loaded 2-core machine did)."""
+        streams through one replica on a loaded 2-core machine did).
+
+        Nor does a server that is answering: when the deadline passes while the same host sent
+        bytes on any of its connections, the deadline is renewed (up to `ACK_BUSY_ALLOWANCE` x
+        `wait_s` in all). A gateway reading 2,000 new streams at once on one process acknowledged
+        some after the router's 3 s and they failed with 503, though it was serving; a black-holed
+        host sends nothing and still fails at `wait_s`."""
         loop = self.loop
         deadline = loop.time() + wait_s
         allowance = ACK_LAG_ALLOWANCE * wait_s
+        busy_allowance = ACK_BUSY_ALLOWANCE * wait_s
+        heard = self.pool.heard
         while not self.acked:
             if self.error is not None:
                 raise self.error
@@ -230,10 +242,15 @@ class Connection(asyncio.Protocol):
                 if self.acked:
                     return
                 late = loop.time() - (armed + due)
-                if late <= ACK_LAG_TOLERANCE_S or allowance <= 0:
+                if late > ACK_LAG_TOLERANCE_S and allowance > 0:
+                    deadline = loop.time() + min(late, allowance)
+                    allowance -= late
+                elif self.pool.heard != heard and busy_allowance > 0:
+                    heard = self.pool.heard
+                    deadline = loop.time() + min(wait_s, busy_allowance)
+                    busy_allowance -= wait_s
+                else:
                     raise
-                deadline = loop.time() + min(late, allowance)
-                allowance -= late
 
     async def read_head(self, wait_s: float | None) -> None:
         while not self.head_done:

@@ -57,6 +57,7 @@ class HostPool:
         self.connect_timeout_s = connect_timeout_s
         self.idle_expiry_s = idle_expiry_s
         self._host_header = f"{host}:{port}".encode("latin-1")
+        self.heard = 0  # data_received calls on this host's connections: its sign of life (read_ack)
         self._idle: deque[Connection] = deque()
         # a waiter gets an idle connection, or None: "a slot is yours, connect in it"
         self._waiters: deque[asyncio.Future[Connection | None]] = deque()

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 import pytest
 
 from common.upstream import UpstreamPools, UpstreamTimeout
+from common.upstream.pool import HostPool
 from tests.eventually import eventually
 
 FINAL = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 2\r\n\r\nok"
@@ -128,3 +129,76 @@ async def test_time_the_loop_was_too_busy_to_look_does_not_count_against_the_ack
         pools.close()
         listener.close()
         server.join(5.0)
+
+
+@asynccontextmanager
+async def busy_host(ack_slow: asyncio.Event) -> AsyncIterator[int]:
+    """`/slow` is acknowledged (and answered) only once `ack_slow` is set; `/fast` at once."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                await reader.readexactly(length)
+                if head.startswith(b"POST /slow"):
+                    await ack_slow.wait()
+                writer.write(FINAL)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1]
+    finally:
+        server.close()
+
+
+async def _keep_busy(pool: HostPool, stop: asyncio.Event) -> None:
+    """Requests to `/fast` back to back (on other connections of the same host) until `stop`."""
+    while not stop.is_set():
+        resp = await pool.request(b"POST", b"/fast", [], b"{}", ack_timeout_s=5.0, head_timeout_s=5.0)
+        await resp.read(5.0)
+        resp.release()
+
+
+async def test_a_host_answering_other_requests_gets_more_time_to_acknowledge() -> None:
+    wait_s = 0.3
+    ack_slow, stop = asyncio.Event(), asyncio.Event()
+    async with busy_host(ack_slow) as port:
+        pools = UpstreamPools()
+        pool = pools.get("127.0.0.1", port)
+        busy = asyncio.create_task(_keep_busy(pool, stop))
+        t0 = asyncio.get_running_loop().time()
+        slow = asyncio.create_task(
+            pool.request(b"POST", b"/slow", [], b"{}", ack_timeout_s=wait_s, head_timeout_s=10.0)
+        )
+        # past two deadlines, inside the renewals (1 + ACK_BUSY_ALLOWANCE deadlines in all)
+        await eventually(lambda: asyncio.get_running_loop().time() - t0 > 2.5 * wait_s, what="2.5 deadlines")
+        assert not slow.done()
+        ack_slow.set()
+        resp = await slow
+        assert resp.status == 200
+        resp.release()
+        stop.set()
+        await busy
+        pools.close()
+
+
+async def test_a_request_never_acknowledged_by_a_busy_host_still_fails_in_the_end() -> None:
+    """One stuck connection (say a hung worker process) among answering ones: renewed, then failed."""
+    wait_s = 0.2
+    never, stop = asyncio.Event(), asyncio.Event()
+    async with busy_host(never) as port:
+        pools = UpstreamPools()
+        pool = pools.get("127.0.0.1", port)
+        busy = asyncio.create_task(_keep_busy(pool, stop))
+        t0 = asyncio.get_running_loop().time()
+        with pytest.raises(UpstreamTimeout) as ei:
+            await pool.request(b"POST", b"/slow", [], b"{}", ack_timeout_s=wait_s, head_timeout_s=10.0)
+        assert ei.value.phase == "ack" and not ei.value.answered
+        assert asyncio.get_running_loop().time() - t0 >= 2 * wait_s  # renewed at least once
+        stop.set()
+        await busy
+        pools.close()

@@ -66,7 +66,8 @@ def encode_answer(answer: Answer, keep_alive: bool) -> bytes:
     return b"".join(parts)
 
 
-def _error(err: OpenAIError) -> Answer:
+def error_answer(err: OpenAIError) -> Answer:
+    """An OpenAI-format error as an answer: JSON body, the error's own headers (e.g. Retry-After)."""
     hdrs = [(b"content-type", b"application/json")]
     hdrs += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in err.headers.items()]
     return Answer(err.status, hdrs, err.body_bytes())
@@ -336,7 +337,7 @@ class FastRouteProtocol(asyncio.Protocol):
         if transport is None or transport.is_closing():
             return
         if self.busy is None:  # else the request in progress is cancelled by the close
-            transport.write(encode_answer(_error(err), keep_alive=False))
+            transport.write(encode_answer(error_answer(err), keep_alive=False))
         transport.close()
 
     # --- timeouts ----------------------------------------------------------------------------
@@ -364,7 +365,9 @@ class FastRouteProtocol(asyncio.Protocol):
 
 def _internal_error(where: str, exc: BaseException) -> Answer:
     log.error("unhandled error in %s", where, exc_info=exc)
-    return _error(OpenAIError(500, "Internal error; the request was not completed.", code="internal_error"))
+    return error_answer(
+        OpenAIError(500, "Internal error; the request was not completed.", code="internal_error")
+    )
 
 
 async def _resume(coro: Coroutine[Any, Any, Answer], waiting: Any) -> Answer:

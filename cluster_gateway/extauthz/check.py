@@ -31,7 +31,7 @@ from cluster_gateway.request_path.headers import DESTINATION_HEADER, client_head
 from cluster_gateway.request_path.outliers import OutlierDetector
 from common.asgi import ClientGone, read_body, run_until_disconnect
 from common.errors import OpenAIError
-from common.fast_route import Answer
+from common.fast_route import Answer, error_answer
 from common.http import ASGIApp, RawHeaders, Receive, Scope, Send, send_body, send_error
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, MAX_JSON_DEPTH, parse_request
 from common.telemetry import extract_context
@@ -165,9 +165,7 @@ class PickCheck:
 
     def _deny(self, err: OpenAIError, outcome: str) -> Answer:
         self.metrics.request_done("-", "-", outcome)
-        hdrs = [(b"content-type", b"application/json")]
-        hdrs += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in err.headers.items()]
-        return Answer(err.status, hdrs, err.body_bytes())
+        return error_answer(err)
 
     def _undelivered(self, pick_id: str) -> None:
         """Envoy left before the answer reached it: the request never goes to the pod."""

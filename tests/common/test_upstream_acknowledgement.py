@@ -155,21 +155,34 @@ async def busy_host(ack_slow: asyncio.Event) -> AsyncIterator[int]:
         server.close()
 
 
-async def _keep_busy(pool: HostPool, stop: asyncio.Event) -> None:
-    """Requests to `/fast` back to back (on other connections of the same host) until `stop`."""
-    while not stop.is_set():
-        resp = await pool.request(b"POST", b"/fast", [], b"{}", ack_timeout_s=5.0, head_timeout_s=5.0)
-        await resp.read(5.0)
-        resp.release()
+@asynccontextmanager
+async def kept_busy(ack_slow: asyncio.Event) -> AsyncIterator[HostPool]:
+    """A pool to `busy_host`, sending it `/fast` requests back to back (on other connections of
+    the same host) for as long as the block runs."""
+    stop = asyncio.Event()
+
+    async def keep_busy(pool: HostPool) -> None:
+        while not stop.is_set():
+            resp = await pool.request(b"POST", b"/fast", [], b"{}", ack_timeout_s=5.0, head_timeout_s=5.0)
+            await resp.read(5.0)
+            resp.release()
+
+    async with busy_host(ack_slow) as port:
+        pools = UpstreamPools()
+        pool = pools.get("127.0.0.1", port)
+        busy = asyncio.create_task(keep_busy(pool))
+        try:
+            yield pool
+        finally:
+            stop.set()
+            await busy
+            pools.close()
 
 
 async def test_a_host_answering_other_requests_gets_more_time_to_acknowledge() -> None:
     wait_s = 0.3
-    ack_slow, stop = asyncio.Event(), asyncio.Event()
-    async with busy_host(ack_slow) as port:
-        pools = UpstreamPools()
-        pool = pools.get("127.0.0.1", port)
-        busy = asyncio.create_task(_keep_busy(pool, stop))
+    ack_slow = asyncio.Event()
+    async with kept_busy(ack_slow) as pool:
         t0 = asyncio.get_running_loop().time()
         slow = asyncio.create_task(
             pool.request(b"POST", b"/slow", [], b"{}", ack_timeout_s=wait_s, head_timeout_s=10.0)
@@ -181,24 +194,14 @@ async def test_a_host_answering_other_requests_gets_more_time_to_acknowledge() -
         resp = await slow
         assert resp.status == 200
         resp.release()
-        stop.set()
-        await busy
-        pools.close()
 
 
 async def test_a_request_never_acknowledged_by_a_busy_host_still_fails_in_the_end() -> None:
     """One stuck connection (say a hung worker process) among answering ones: renewed, then failed."""
     wait_s = 0.2
-    never, stop = asyncio.Event(), asyncio.Event()
-    async with busy_host(never) as port:
-        pools = UpstreamPools()
-        pool = pools.get("127.0.0.1", port)
-        busy = asyncio.create_task(_keep_busy(pool, stop))
+    async with kept_busy(asyncio.Event()) as pool:  # /slow is never acknowledged
         t0 = asyncio.get_running_loop().time()
         with pytest.raises(UpstreamTimeout) as ei:
             await pool.request(b"POST", b"/slow", [], b"{}", ack_timeout_s=wait_s, head_timeout_s=10.0)
         assert ei.value.phase == "ack" and not ei.value.answered
         assert asyncio.get_running_loop().time() - t0 >= 2 * wait_s  # renewed at least once
-        stop.set()
-        await busy
-        pools.close()

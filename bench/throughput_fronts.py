@@ -155,10 +155,11 @@ def _ready(front: Front, proc: subprocess.Popen[bytes], log: Path, timeout_s: fl
 
 # --- Fleetgate ---------------------------------------------------------------------------------
 _GATEWAY_PORT = r"cluster gateway [^\s\"]+ listening on http://127\.0\.0\.1:(\d+)"
-# `fleetgate gateway` defaults to one serving process per core: measure once the last one is up
 
 
 def _wait_gateway(proc: subprocess.Popen[bytes], log: Path, workers: int | None = None) -> str:
+    """The gateway's port, once its last serving process is up (`workers`; `fleetgate gateway`'s
+    default is one per core)."""
     port = wait_log(proc, log, _GATEWAY_PORT)
     count = workers if workers is not None else os.cpu_count() or 1
     if count > 1:
@@ -219,9 +220,8 @@ def envoy(
     ]
     gw, gw_log = launch.start(f"envoy-{picker}-picker", _fleetgate(*args))
     grpc_port = int(wait_log(gw, gw_log, _PICKER_PORT))
-    http_port = int(
-        _wait_gateway(gw, gw_log, workers)
-    )  # every worker serves the picker before Envoy sends traffic
+    # every worker serves the picker before Envoy sends traffic
+    http_port = int(_wait_gateway(gw, gw_log, workers))
     listen, admin = procs.free_port(), procs.free_port()
     cfg = launch.workdir / f"envoy-{picker}.json"
     bootstrap = envoy_bootstrap(

@@ -19,7 +19,7 @@ from typing import Any
 import uvicorn
 
 from common.config.server import HttpServer
-from common.errors import OpenAIError, body_too_large
+from common.errors import body_too_large, internal_error
 from common.fast_route import Handler, fast_route_protocol
 from common.http import Message, Receive, Scope, Send, send_error
 from common.http_server import ConnectionLimits, guarded_protocol
@@ -127,9 +127,7 @@ class ResponseAborted(Exception):
 
 
 async def _send_500(send: Send) -> None:
-    await send_error(
-        send, OpenAIError(500, "Internal error; the request was not completed.", code="internal_error")
-    )
+    await send_error(send, internal_error())
 
 
 class EmbeddedServer(uvicorn.Server):

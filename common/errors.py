@@ -81,5 +81,10 @@ def unavailable(message: str, *, code: str = "no_capacity") -> OpenAIError:
     return OpenAIError(503, message, code=code)
 
 
+def internal_error() -> OpenAIError:
+    """What a server answers when its own code failed before the response started."""
+    return OpenAIError(500, "Internal error; the request was not completed.", code="internal_error")
+
+
 def body_too_large(max_bytes: int) -> OpenAIError:
     return OpenAIError(413, f"Request body exceeds {max_bytes} bytes.", code="request_too_large")

@@ -6,7 +6,8 @@ request cycle with its `asyncio.Event`, a keep-alive timer, a header timer and a
 task: more of the serving process's CPU than the pick itself (bench/RESULTS.md, "lean check path").
 
 A connection whose first request's path is under `prefix` is served here for its whole life: one
-httptools parser, one task per request, the answer written as one buffer. Any other connection is
+httptools parser, the handler run at once up to its first wait (a task only for a handler that
+waits), the answer written as one buffer. Any other connection is
 handed to the uvicorn protocol at its first request's headers, with the bytes read so far (the same
 handover uvicorn does for a WebSocket upgrade), so the port keeps serving everything else unchanged.
 Envoy's check cluster has its own connection pool, so its connections carry checks only; a request
@@ -31,7 +32,7 @@ from typing import Any, cast
 
 import httptools
 
-from common.errors import OpenAIError, body_too_large
+from common.errors import OpenAIError, body_too_large, internal_error
 from common.http import RawHeaders
 from common.http_server import TOO_MANY_CONNECTIONS, ConnectionLimits
 
@@ -365,9 +366,7 @@ class FastRouteProtocol(asyncio.Protocol):
 
 def _internal_error(where: str, exc: BaseException) -> Answer:
     log.error("unhandled error in %s", where, exc_info=exc)
-    return error_answer(
-        OpenAIError(500, "Internal error; the request was not completed.", code="internal_error")
-    )
+    return error_answer(internal_error())
 
 
 async def _resume(coro: Coroutine[Any, Any, Answer], waiting: Any) -> Answer:

@@ -115,7 +115,7 @@ class PickCheck:
         A 200 carries the pick; any other answer is the OpenAI-format denial Envoy relays. Cancelled
         (Envoy gave up) before the pick: no slot is taken.
         """
-        path = path[len(CHECK_PREFIX) :] if path.startswith(CHECK_PREFIX) else path
+        path = path.removeprefix(CHECK_PREFIX)
         if method != "POST" or path not in _INFERENCE_PATHS:
             if path in _INFERENCE_PATHS:
                 return self._deny(OpenAIError(405, f"Method {method} not allowed on {path}"), REJECTED)

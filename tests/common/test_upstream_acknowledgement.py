@@ -19,6 +19,21 @@ from tests.eventually import eventually
 FINAL = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 2\r\n\r\nok"
 
 
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    """The next request's head, its body read past (content-length framing)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        (
+            int(v)
+            for k, _, v in (ln.partition(b": ") for ln in head.split(b"\r\n"))
+            if k.lower() == b"content-length"
+        ),
+        0,
+    )
+    await reader.readexactly(length)
+    return head
+
+
 @asynccontextmanager
 async def raw_server(answer: Callable[[int], list[bytes]]) -> AsyncIterator[tuple[int, list[bytes]]]:
     """A server that, for the n-th request head on a connection, writes `answer(n)` (each part a write)."""
@@ -28,17 +43,8 @@ async def raw_server(answer: Callable[[int], list[bytes]]) -> AsyncIterator[tupl
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writers.append(writer)
         try:
-            while head := await reader.readuntil(b"\r\n\r\n"):
+            while head := await read_request(reader):
                 heads.append(head)
-                length = next(
-                    (
-                        int(v)
-                        for k, _, v in (ln.partition(b": ") for ln in head.split(b"\r\n"))
-                        if k.lower() == b"content-length"
-                    ),
-                    0,
-                )
-                await reader.readexactly(length)
                 for part in answer(len(heads)):
                     writer.write(part)
                     await writer.drain()
@@ -137,9 +143,7 @@ async def busy_host(ack_slow: asyncio.Event) -> AsyncIterator[int]:
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            while head := await reader.readuntil(b"\r\n\r\n"):
-                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-                await reader.readexactly(length)
+            while head := await read_request(reader):
                 if head.startswith(b"POST /slow"):
                     await ack_slow.wait()
                 writer.write(FINAL)

@@ -20,8 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from opentelemetry import context as otel_context
-
 from cluster_gateway.auth import GatewayAuthenticator
 from cluster_gateway.extauthz.ledger import PICK_HEADER, OpenPick, PickLedger
 from cluster_gateway.extproc.envoy_token import ENVOY_TOKEN_HEADER, EnvoyToken
@@ -34,7 +32,6 @@ from common.errors import OpenAIError
 from common.fast_route import Answer, error_answer
 from common.http import ASGIApp, RawHeaders, Receive, Scope, Send, send_body, send_error
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, MAX_JSON_DEPTH, parse_request
-from common.telemetry import extract_context
 
 log = logging.getLogger("fleetgate.gateway.extauthz")
 
@@ -131,11 +128,7 @@ class PickCheck:
             headers = client_headers(raw_headers)
             self.auth.verify_asgi("POST", path, raw_headers, body)
             parsed = parse_request(body, path, self.max_depth)
-            token = otel_context.attach(extract_context(headers))
-            try:
-                chosen = await self.dispatcher.pick(parsed, headers)
-            finally:
-                otel_context.detach(token)
+            chosen = await self.dispatcher.pick_in_trace(parsed, headers)
         except OpenAIError as err:
             return self._deny(err, SHED if err.status == 429 else REJECTED)
         except asyncio.CancelledError:

@@ -30,7 +30,6 @@ from envoy.service.accesslog.v3 import als_pb2_grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from opentelemetry import context as otel_context
 
 from cluster_gateway.auth import GatewayAuthenticator
 from cluster_gateway.extproc import messages as msg
@@ -44,7 +43,6 @@ from common.config.gateway import ExtProc, GatewayAuth, OutlierDetection
 from common.errors import OpenAIError, bad_request
 from common.listen_error import ListenError
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, MAX_JSON_DEPTH, parse_request
-from common.telemetry import extract_context
 
 log = logging.getLogger("fleetgate.gateway.extproc")
 
@@ -185,11 +183,7 @@ class PickerService(pb_grpc.ExternalProcessorServicer):
             sched_headers = {
                 k: v for k, v in st.headers.items() if not k.startswith(":") and not is_internal(k)
             }
-            token = otel_context.attach(extract_context(sched_headers))
-            try:
-                pick = await self.dispatcher.pick(parsed, sched_headers)
-            finally:
-                otel_context.detach(token)
+            pick = await self.dispatcher.pick_in_trace(parsed, sched_headers)
         except OpenAIError as err:
             self.metrics.request_done("-", "-", SHED if err.status == 429 else REJECTED)
             return [msg.immediate_error(err)]

@@ -11,13 +11,15 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from opentelemetry import context as otel_context
+
 from cluster_gateway.observability import GatewayMetrics, tracer
 from cluster_gateway.pool import EndpointPool, PodState
 from cluster_gateway.request_path.admission import AdmissionQueue
 from cluster_gateway.scheduling.scheduler import Scheduler
 from cluster_gateway.scheduling.types import LLMRequest, ScheduleResult
 from common.openai_request import ParsedRequest
-from common.telemetry import data_path_span
+from common.telemetry import data_path_span, extract_context
 
 
 @dataclass(slots=True)
@@ -80,6 +82,15 @@ class Dispatcher:
             span.set_attribute("fleetgate.profile", result.profile)
             span.set_attribute("fleetgate.pod", result.pods[0].name)
             return Pick(req, result, queued)
+
+    async def pick_in_trace(self, parsed: ParsedRequest, headers: Mapping[str, str]) -> Pick:
+        """`pick` under the client's trace context from `headers`: the Envoy pickers, whose request
+        as a whole is Envoy's, join the client's trace for the pick alone."""
+        token = otel_context.attach(extract_context(headers))
+        try:
+            return await self.pick(parsed, headers)
+        finally:
+            otel_context.detach(token)
 
     def dispatched(self, pick: Pick, pod: PodState) -> None:
         """The request is being sent to `pod`: count it in flight and teach the prefix index."""

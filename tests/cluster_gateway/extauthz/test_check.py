@@ -150,3 +150,30 @@ async def test_a_pick_whose_answer_never_reached_envoy_releases_its_slot_at_once
     denied = await p.check.answer("POST", CHAT, [], b"{oops")
     assert denied.status == 400 and denied.undelivered is None
     assert json.loads(denied.body)["error"]["code"] == "invalid_json"
+
+
+async def test_the_pick_joins_the_clients_trace() -> None:
+    """`Dispatcher.pick_in_trace`: Envoy's request is not ours, but the pick's span belongs to the
+    client's trace (`traceparent` reaches the check with the client's other headers)."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from common.telemetry import setup_tracing
+
+    setup_tracing("gateway-test", exporter="none")  # becomes the global provider unless one exists
+    provider = trace.get_tracer_provider()
+    assert isinstance(provider, TracerProvider)
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    p = plane()
+    assert p.check is not None
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    headers = [(b"traceparent", f"00-{trace_id}-00f067aa0ba902b7-01".encode())]
+    answer = await p.check.answer("POST", CHAT, headers, json.dumps(chat()).encode())
+    assert answer.status == 200
+    picks = [s for s in exporter.get_finished_spans() if s.name == "gateway.pick"]
+    assert picks and all(
+        s.context is not None and trace.format_trace_id(s.context.trace_id) == trace_id for s in picks
+    )

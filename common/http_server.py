@@ -9,7 +9,9 @@ concurrency limit in text/plain. This protocol adds, per connection:
   requests is governed by uvicorn's `timeout_keep_alive` instead);
 - a cap on open connections: the connection over `max_connections` gets a 503 JSON answer and is
   closed at once, so a flood of sockets cannot exhaust file descriptors or memory;
-- OpenAI-format JSON for the parse errors uvicorn itself answers (400).
+- OpenAI-format JSON for the parse errors uvicorn itself answers (400);
+- a `DirectBody` in each request's scope, through which a streamed body is written without an ASGI
+  message per chunk (`response_stream.py`).
 
 httptools (llhttp, C) instead of h11 because the pure-Python parser was a visible share of the
 proxy's CPU at concurrency 64; `bench/throughput.py` measures the whole path.
@@ -25,6 +27,7 @@ import msgspec
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from common.errors import error_body
+from common.response_stream import DIRECT_BODY, DirectBody
 
 DEFAULT_HEADER_TIMEOUT_S = 10.0
 DEFAULT_MAX_CONNECTIONS = 10_000
@@ -89,6 +92,9 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
         def on_headers_complete(self) -> None:
             self._disarm()
             super().on_headers_complete()
+            cycle = self.cycle
+            if cycle is not None and cycle.scope is self.scope:  # not an upgrade handed elsewhere
+                self.scope["extensions"] = {DIRECT_BODY: {"writer": DirectBody(cycle)}}
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()

@@ -31,6 +31,7 @@ from common.genai_metrics import operation_name
 from common.http import ASGIApp, Receive, Scope, Send, send_error
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, parse_request
 from common.request_log import REQUEST_ID_HEADER, RequestRecord, request_id, with_request_id
+from common.response_stream import StreamBody
 from common.telemetry import data_path_span, spans_exported
 from global_router.dispatch_tracker import DispatchTracker
 from global_router.failover import ClusterHealth, RetryBudget
@@ -108,11 +109,11 @@ class CompletionHandler:
         send = with_request_id(send, rid)
         try:
             if not spans_exported():  # the client's traceparent is forwarded as is (data_path_span)
-                await self._handle(scope["path"], headers, receive, send, rec)
+                await self._handle(scope, headers, receive, send, rec)
                 return
             token = otel_context.attach(extract(headers))
             try:
-                await self._handle(scope["path"], headers, receive, send, rec)
+                await self._handle(scope, headers, receive, send, rec)
             finally:
                 otel_context.detach(token)
         finally:
@@ -121,9 +122,10 @@ class CompletionHandler:
             rec.write(self.s.cfg.access_log)
 
     async def _handle(
-        self, path: str, headers: dict[str, str], receive: Receive, send: Send, rec: RequestRecord
+        self, scope: Scope, headers: dict[str, str], receive: Receive, send: Send, rec: RequestRecord
     ) -> None:
         s = self.s
+        path: str = scope["path"]
         traffic_class = "-"
         try:
             tenant = s.tenants.authenticate(headers.get("authorization"))
@@ -177,7 +179,7 @@ class CompletionHandler:
             await send_error(send, err)
             return
         await self._forward_watching_disconnect(
-            ranking.candidates, fwd, admission, traffic_class, receive, send, rec
+            ranking.candidates, fwd, admission, traffic_class, scope, receive, send, rec
         )
 
     async def _forward_watching_disconnect(
@@ -186,6 +188,7 @@ class CompletionHandler:
         fwd: ForwardRequest,
         admission: Admission,
         traffic_class: str,
+        scope: Scope,
         receive: Receive,
         send: Send,
         rec: RequestRecord,
@@ -215,12 +218,7 @@ class CompletionHandler:
             if delivery.body is not None:
                 await send({"type": "http.response.body", "body": delivery.body, "more_body": False})
             else:
-                chunks = s.forwarder.stream(delivery, fwd.prompt_tokens)
-                try:
-                    async for chunk in chunks:
-                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                finally:
-                    await chunks.aclose()
+                await s.forwarder.relay(delivery, fwd.prompt_tokens, StreamBody(scope, send))
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             state["outcome"] = (
                 delivery.outcome

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import msgspec
@@ -34,8 +34,9 @@ from prometheus_client import Gauge
 from common.config.router import Failover
 from common.errors import OpenAIError, error_body
 from common.http import HOP_BY_HOP
+from common.response_stream import Observed
 from common.telemetry import data_path_span
-from common.upstream import Response, UpstreamError, UpstreamPools, UpstreamTimeout
+from common.upstream import BodySink, Response, UpstreamError, UpstreamPools, UpstreamTimeout
 from global_router.cluster_failure import counts_as_cluster_failure, retry_elsewhere
 from global_router.dispatch_tracker import DispatchTracker
 from global_router.failover import ClusterHealth, RetryBudget
@@ -265,21 +266,22 @@ class Forwarder:
         if self._health.record_failure(cid, eject=eject):
             self._metrics.ejections.labels(cid).inc()
 
-    async def stream(self, d: Delivery, prompt_tokens: int) -> AsyncGenerator[bytes, None]:
-        """The stream's bytes for the client, first chunk included; a break ends with an SSE error."""
-        yield d.first_chunk
+    async def relay(self, d: Delivery, prompt_tokens: int, out: BodySink) -> None:
+        """The stream's bytes to the client, first chunk included (its tokens were counted when it
+        came); a break ends it with an SSE error event."""
         assert d.response is not None
-        idle = self._cfg.read_timeout_s
+        if not out.push(d.first_chunk):
+            await out.put(d.first_chunk)
         try:
-            while chunk := await d.response.next_chunk(idle):
-                d.usage.feed(chunk)
-                yield chunk
+            await d.response.relay(Observed(out, d.usage.feed), self._cfg.read_timeout_s)
         except UpstreamError as exc:
             self._fail(d.cluster_id)
             d.outcome = STREAM_BROKEN
             log.warning("stream from cluster %s broke after bytes were sent: %s", d.cluster_id, exc)
-            yield sse_error_tail(
-                f"The upstream cluster stopped responding mid-stream ({exc.kind}); the response is incomplete."
+            await out.put(
+                sse_error_tail(
+                    f"The upstream cluster stopped responding mid-stream ({exc.kind}); the response is incomplete."
+                )
             )
         else:
             self._health.record_success(d.cluster_id)

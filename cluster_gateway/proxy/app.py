@@ -32,6 +32,7 @@ from common.genai_metrics import TAIL_BYTES, operation_name, usage_from_tail
 from common.http import ASGIApp, Message, Receive, Scope, Send, send_body, send_error, send_json
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, ParsedRequest, parse_request
 from common.request_log import REQUEST_ID_HEADER, RequestRecord, request_id, with_request_id
+from common.response_stream import Observed, StreamBody
 from common.telemetry import extract_context
 
 log = logging.getLogger("fleetgate.gateway.proxy")
@@ -146,7 +147,7 @@ class ProxyApp:
             self.auth.verify_asgi("POST", path, scope["headers"], body)  # 401 unless router/key (auth.*)
             parsed = parse_request(body, path, self.max_depth)
             rec.model, rec.stream = parsed.model, parsed.stream
-            await self._serve_until_disconnect(state, parsed, headers, path, body, receive, send, rec)
+            await self._serve_until_disconnect(state, parsed, headers, path, body, scope, receive, send, rec)
         except ClientGone:
             rec.outcome = CANCELLED
             if not state.counted:
@@ -175,6 +176,7 @@ class ProxyApp:
         headers: dict[str, str],
         path: str,
         body: bytes,
+        scope: Scope,
         receive: Receive,
         send: Send,
         rec: RequestRecord,
@@ -187,12 +189,14 @@ class ProxyApp:
         ctx = extract_context(headers)
 
         async def guarded_send(msg: Message) -> None:
-            if msg["type"] == "http.response.body":
-                if chunk := msg.get("body"):
-                    state.prev, state.tail = state.tail, chunk
-                if not msg.get("more_body", False):
-                    state.done = True
+            if msg["type"] == "http.response.body" and not msg.get("more_body", False):
+                state.done = True
             await send(msg)
+
+        def keep_tail(chunk: bytes) -> None:
+            state.prev, state.tail = state.tail, chunk
+
+        body_out = Observed(StreamBody(scope, guarded_send), keep_tail)
 
         async def work() -> None:
             token = otel_context.attach(ctx)
@@ -201,7 +205,7 @@ class ProxyApp:
                 state.profile = pick.profile
                 state.counted = True  # from here the forwarder records the outcome
                 await self.forwarder.forward(
-                    pick, path, body, upstream_request_headers(headers), guarded_send, rec
+                    pick, path, body, upstream_request_headers(headers), guarded_send, rec, body_out
                 )
             finally:
                 otel_context.detach(token)

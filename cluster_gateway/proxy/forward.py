@@ -29,9 +29,10 @@ from common.config.gateway import Proxy
 from common.errors import OpenAIError
 from common.http import Send
 from common.request_log import RequestRecord
+from common.response_stream import StreamBody
 from common.retry_budget import RetryBudget
 from common.telemetry import data_path_span, inject_traceparent
-from common.upstream import ConnectFailed, PoolTimeout, Response, UpstreamError, UpstreamPools
+from common.upstream import BodySink, ConnectFailed, PoolTimeout, Response, UpstreamError, UpstreamPools
 
 log = logging.getLogger("fleetgate.gateway.proxy")
 
@@ -104,10 +105,13 @@ class Forwarder:
         headers: dict[str, str],
         send: Send,
         rec: RequestRecord | None = None,
+        body_out: BodySink | None = None,
     ) -> None:
         """Deliver the request to the first pod that answers; raises OpenAIError if none does.
-        `rec` (the access-log record) learns the pod, attempts, status, first-token time, outcome."""
+        `rec` (the access-log record) learns the pod, attempts, status, first-token time, outcome.
+        The response's body goes to `body_out` (default: each chunk through `send`)."""
         rec = rec or RequestRecord("-", path)
+        out = body_out or StreamBody({}, send)
         ranked = self.outliers.rank(pick.pods)
         # fewer pods than attempts (a small pool): a pod whose connect failed may be tried again —
         # under a burst a connect can time out on a pod that is serving fine
@@ -191,7 +195,7 @@ class Forwarder:
                     self.metrics.ttft.labels(pod.name).observe(time.monotonic() - t0)
                     rec.first_token()
                     rec.status = resp.status
-                    outcome = await self._relay(resp, first, pod, send)
+                    outcome = await self._relay(resp, first, pod, send, out)
                     return
             except asyncio.CancelledError:
                 outcome, committed = CANCELLED, True
@@ -235,7 +239,7 @@ class Forwarder:
         await send({"type": "http.response.body", "body": body, "more_body": False})
         self.metrics.request_done(pod.name, pick.profile, UPSTREAM_ERROR)
 
-    async def _relay(self, resp: Response, first: bytes, pod: PodState, send: Send) -> str:
+    async def _relay(self, resp: Response, first: bytes, pod: PodState, send: Send, out: BodySink) -> str:
         """Stream the pod's response to the client, first chunk in hand; returns the outcome label."""
         await send(
             {
@@ -249,12 +253,10 @@ class Forwarder:
         if resp.status < 500:
             self.outliers.success(pod)
         is_sse = (resp.header(b"content-type") or b"").startswith(b"text/event-stream")
-        chunk = first
-        idle = self.cfg.read_timeout_s
         try:
-            while chunk:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                chunk = await resp.next_chunk(idle)
+            if not out.push(first):
+                await out.put(first)
+            await resp.relay(out, self.cfg.read_timeout_s)
         except UpstreamError as exc:
             # Bytes already reached the client: no retry possible. Close the stream visibly.
             log.warning("stream from pod %s broke after the first token: %s", pod.name, exc)

@@ -3,7 +3,7 @@
 Both tiers forward through it (Tier 2 → gateways, Tier 1 → pods); see `pool.py` for why.
 """
 
-from common.upstream.connection import Response
+from common.upstream.connection import BodySink, Response
 from common.upstream.errors import (
     ConnectFailed,
     PoolTimeout,
@@ -15,6 +15,7 @@ from common.upstream.errors import (
 from common.upstream.pool import HostPool, UpstreamPools
 
 __all__ = [
+    "BodySink",
     "ConnectFailed",
     "HostPool",
     "PoolTimeout",

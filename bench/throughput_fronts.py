@@ -29,6 +29,7 @@ import yaml
 from bench import procs, routing
 from bench.global_bench import API_KEY, router_config, wait_fresh, write_gateway_config
 from bench.static_backend import MODEL
+from common.worker_processes import resolve_count
 
 PEERS_BIN = routing.PEERS_VENV / "bin"
 
@@ -161,7 +162,7 @@ def _wait_gateway(proc: subprocess.Popen[bytes], log: Path, workers: int | None 
     """The gateway's port, once its last serving process is up (`workers`; `fleetgate gateway`'s
     default is one per core)."""
     port = wait_log(proc, log, _GATEWAY_PORT)
-    count = workers if workers is not None else os.cpu_count() or 1
+    count = workers if workers is not None else resolve_count(None)
     if count > 1:
         wait_log(proc, log, rf"gateway worker {count - 1} \(pid (\d+)\) serving")
     return port

@@ -20,6 +20,8 @@ import signal
 import subprocess
 from collections.abc import Callable
 
+from common.cpu_budget import usable_cpus
+
 log = logging.getLogger("fleetgate.workers")
 
 RESTART_PAUSE_S = 1.0
@@ -51,9 +53,10 @@ def workers_arg(value: str) -> str:
 
 
 def resolve_count(requested: str | int | None, *, cores: int | None = None) -> int:
-    """`auto` (or None) is one worker per core; a number is taken as it is (at least 1)."""
+    """`auto` (or None) is one worker per CPU this process may use (`cpu_budget.usable_cpus`: the
+    affinity mask and the cgroup's quota, not the host's count); a number is taken as it is."""
     if requested in (None, "auto"):
-        return max(1, cores if cores is not None else (os.cpu_count() or 1))
+        return max(1, cores if cores is not None else usable_cpus())
     try:
         count = int(requested)
     except ValueError:

@@ -126,6 +126,8 @@ def test_default_values_validate_and_are_a_valid_gateway_config() -> None:
         {"resources": {"limit": {"memory": "1Gi"}}},
         {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone"}]},
         {"topologySpread": {"maxskew": 2}},
+        {"workers": 0},
+        {"workers": "many"},
     ],
     ids=[
         "port",
@@ -147,6 +149,8 @@ def test_default_values_validate_and_are_a_valid_gateway_config() -> None:
         "resources-typo",
         "spread-incomplete",
         "spread-typo",
+        "workers-zero",
+        "workers-word",
     ],
 )
 def test_bad_values_are_rejected_by_the_schema(bad: dict[str, Any]) -> None:
@@ -235,7 +239,8 @@ def test_default_render_kinds_and_hardened_pod() -> None:
     sc = container["securityContext"]
     assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
     assert sc["capabilities"] == {"drop": ["ALL"]}
-    assert container["args"] == ["gateway", "--config", "/etc/fleetgate/gateway.yaml"]
+    # a number of serving processes by default: `auto` would count the node's cores (no CPU limit)
+    assert container["args"] == ["gateway", "--config", "/etc/fleetgate/gateway.yaml", "--workers", "2"]
     assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "http"}
     assert container["resources"]["requests"]["cpu"] == "500m"
@@ -243,6 +248,15 @@ def test_default_render_kinds_and_hardened_pod() -> None:
     assert ports == {"http": 8080, "grpc-ext-proc": 9002}
     svc_ports = {p["name"]: p["port"] for p in one(docs, "Service")["spec"]["ports"]}
     assert svc_ports == {"http": 8080, "grpc-ext-proc": 9002}
+
+
+def test_workers_auto_is_passed_on() -> None:
+    values = {**_values(), "workers": "auto"}
+    jsonschema.Draft7Validator(_schema()).validate(values)
+    (container,) = one(render(GATEWAY_CHART, {"workers": "auto"}), "Deployment")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert container["args"][-2:] == ["--workers", "auto"]
 
 
 def test_gateway_replicas_spread_over_zones_and_nodes() -> None:

@@ -139,6 +139,8 @@ def test_default_render_is_a_single_replica_without_redis() -> None:
     )
     deploy = one(docs, "Deployment")
     assert deploy["spec"]["replicas"] == 1
+    (router,) = deploy["spec"]["template"]["spec"]["containers"]
+    assert "--workers" not in router["args"]  # one process: the fleet view and limits are its own
     assert "No Redis" in notes(ROUTER_CHART)
 
 
@@ -219,7 +221,8 @@ def test_ha_render_has_hpa_pdb_services_and_hardened_pods() -> None:
             "drop": ["ALL"]
         }
     (router,) = pod["containers"]
-    assert router["args"] == ["global-router", "--config", "/run/fleetgate/router.yaml"]
+    # with Redis, serving processes per pod (a number: `auto` would count the node's cores)
+    assert router["args"] == ["global-router", "--config", "/run/fleetgate/router.yaml", "--workers", "2"]
     assert router["readinessProbe"]["httpGet"]["path"] == "/ready"  # routable (and Redis seen)
     assert router["livenessProbe"]["httpGet"]["path"] == "/health"
     (init,) = pod["initContainers"]

@@ -11,7 +11,8 @@ concurrency limit in text/plain. This protocol adds, per connection:
   closed at once, so a flood of sockets cannot exhaust file descriptors or memory;
 - OpenAI-format JSON for the parse errors uvicorn itself answers (400);
 - a `DirectBody` in each request's scope, through which a streamed body is written without an ASGI
-  message per chunk (`response_stream.py`).
+  message per chunk (`response_stream.py`);
+- a response's head written together with its first body bytes (`HeadWithBody`).
 
 httptools (llhttp, C) instead of h11 because the pure-Python parser was a visible share of the
 proxy's CPU at concurrency 64; `bench/throughput.py` measures the whole path.
@@ -57,6 +58,62 @@ TOO_MANY_CONNECTIONS = _json_response(
 )
 
 
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+class HeadWithBody:
+    """The transport of one response as uvicorn's cycle sees it: the head is held until the body's
+    first bytes and goes out with them in one write.
+
+    uvicorn writes the head at `http.response.start` and the body at the next message, two send
+    calls where one does; and the peer (a client, or the global router reading a gateway) wakes and
+    parses twice. Both tiers send the body's first bytes right after the start, so the head is held
+    at most until then, and never past the current loop iteration (a flush is scheduled). The
+    interim `100 Continue` is an acknowledgement and is never held."""
+
+    __slots__ = ("_done", "_flush_handle", "_held", "_loop", "_t")
+
+    def __init__(self, transport: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self._t = transport
+        self._loop = loop
+        self._held: bytes | None = None
+        self._flush_handle: asyncio.Handle | None = None
+        self._done = False
+
+    def write(self, data: bytes) -> None:
+        if self._done:
+            self._t.write(data)
+            return
+        held = self._held
+        if held is None:
+            if data == _CONTINUE:
+                self._t.write(data)
+                return
+            self._held = data
+            self._flush_handle = self._loop.call_soon(self.flush)
+            return
+        self._done = True
+        self._held = None
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        self._t.write(held + data)
+
+    def flush(self) -> None:
+        self._flush_handle = None
+        if self._held is not None:
+            held, self._held = self._held, None
+            self._done = True
+            self._t.write(held)
+
+    def close(self) -> None:
+        self.flush()
+        self._t.close()
+
+    def is_closing(self) -> bool:
+        return bool(self._t.is_closing())
+
+
 def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
     """An `HttpToolsProtocol` class enforcing `limits` (pass as `uvicorn.Config(http=...)`)."""
 
@@ -94,6 +151,7 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
             super().on_headers_complete()
             cycle = self.cycle
             if cycle is not None and cycle.scope is self.scope:  # not an upgrade handed elsewhere
+                cycle.transport = HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
                 self.scope["extensions"] = {DIRECT_BODY: {"writer": DirectBody(cycle)}}
 
         def connection_lost(self, exc: Exception | None) -> None:

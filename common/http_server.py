@@ -104,7 +104,8 @@ class HeadWithBody:
         if self._held is not None:
             held, self._held = self._held, None
             self._done = True
-            self._t.write(held)
+            if not self._t.is_closing():  # the client left within the iteration: nothing to send
+                self._t.write(held)
 
     def close(self) -> None:
         self.flush()

@@ -65,3 +65,12 @@ async def test_a_close_flushes_the_head_first() -> None:
     t.write(HEAD)
     t.close()
     assert rec.writes == [HEAD] and rec.closed and t.is_closing()
+
+
+async def test_a_held_head_is_dropped_when_the_connection_closed_meanwhile() -> None:
+    rec = Recorder()
+    t = HeadWithBody(rec, asyncio.get_running_loop())
+    t.write(HEAD)
+    rec.closed = True  # the peer went away before the flush
+    await asyncio.sleep(0)
+    assert rec.writes == []

@@ -153,7 +153,7 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
             cycle = self.cycle
             if cycle is not None and cycle.scope is self.scope:  # not an upgrade handed elsewhere
                 cycle.transport = HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
-                self.scope["extensions"] = {DIRECT_BODY: {"writer": DirectBody(cycle)}}
+                self.scope.setdefault("extensions", {})[DIRECT_BODY] = {"writer": DirectBody(cycle)}
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()

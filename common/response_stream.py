@@ -19,12 +19,15 @@ through `send`.
 
 from __future__ import annotations
 
+import logging
 import weakref
 from collections.abc import Callable
 from typing import Any
 
 from common.http import Send
 from common.upstream import BodySink
+
+log = logging.getLogger(__name__)
 
 DIRECT_BODY = "fleetgate.direct_body"  # scope["extensions"][DIRECT_BODY]["writer"] is the DirectBody
 
@@ -89,10 +92,13 @@ class Observed:
         self._observe = observe
 
     def push(self, data: bytes) -> bool:
-        if self._sink.push(data):
+        if not self._sink.push(data):
+            return False
+        try:
             self._observe(data)
-            return True
-        return False
+        except Exception:  # written already: a False here would have the chunk written twice
+            log.exception("observing a relayed chunk failed")
+        return True
 
     async def put(self, data: bytes) -> None:
         await self._sink.put(data)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 import httptools
 
-from common.upstream.errors import UpstreamClosed, UpstreamProtocolError, UpstreamTimeout
+from common.upstream.errors import UpstreamClosed, UpstreamError, UpstreamProtocolError, UpstreamTimeout
 
 if TYPE_CHECKING:
     from common.upstream.pool import HostPool
@@ -348,6 +348,11 @@ class Connection(asyncio.Protocol):
                 self.sink, self._sink_idle = sink, idle_s
                 try:
                     await self._wait(idle_s, "idle")  # until the end, an error or a refused chunk
+                except UpstreamError:
+                    self.sink = None
+                    if data := self._take():  # bytes queued before the error still go out first
+                        await sink.put(data)
+                    raise
                 finally:
                     self.sink = None
         finally:

@@ -58,6 +58,19 @@ def test_a_v1_cfs_quota_caps_the_count(tmp_path: Path) -> None:
     assert usable_cpus(**paths) == 1  # never fewer than one
 
 
+def test_a_hybrid_host_reads_the_v1_cpu_hierarchy(tmp_path: Path) -> None:
+    """cgroup v1 controllers with the unified hierarchy mounted beside them (`0::/` has no cpu.max)."""
+    root = tmp_path / "cgroup"
+    (root / "unified").mkdir(parents=True)
+    ctr = root / "cpu,cpuacct" / "job"
+    write(ctr / "cpu.cfs_quota_us", "300000\n")
+    write(ctr / "cpu.cfs_period_us", "100000\n")
+    write(tmp_path / "self", "4:memory:/job\n3:cpu,cpuacct:/job\n0::/\n")
+    paths = {"root": root, "self_cgroup": tmp_path / "self"}
+    assert cgroup_cpu_quota(**paths) == 3.0
+    assert usable_cpus(**paths) == min(3, len(os.sched_getaffinity(0)))
+
+
 def test_without_cgroup_files_the_count_is_the_mask(tmp_path: Path) -> None:
     paths = {"root": tmp_path / "none", "self_cgroup": tmp_path / "missing"}
     assert cgroup_cpu_quota(**paths) is None

@@ -15,6 +15,7 @@ from common.asgi import EmbeddedServer, listen_socket, server_config
 from common.config.server import HttpServer
 from common.http import Receive, Scope, Send
 from common.response_stream import StreamBody
+from tests.common.test_fast_route import on_both_loops
 
 WAIT_S = 10.0  # the bound on every wait for a condition below
 log = logging.getLogger("test")
@@ -83,6 +84,7 @@ async def read_chunked(reader: asyncio.StreamReader) -> bytes:
         body.append(data[:-2])
 
 
+@on_both_loops
 async def test_a_client_that_keeps_up_gets_every_chunk_written_directly() -> None:
     app = App()
     async with serving(app) as port:
@@ -94,6 +96,7 @@ async def test_a_client_that_keeps_up_gets_every_chunk_written_directly() -> Non
     assert (app.pushed, app.put) == (2 * app.parts, 0)
 
 
+@on_both_loops
 async def test_a_client_that_stops_reading_is_waited_for_and_loses_nothing() -> None:
     app = App(parts=1024, size=32 * 1024)  # 32 MB: more than the kernel's buffers hold
     async with serving(app) as port:
@@ -107,6 +110,7 @@ async def test_a_client_that_stops_reading_is_waited_for_and_loses_nothing() -> 
     assert app.put > 0 and app.pushed > 0 and app.pushed + app.put == app.parts
 
 
+@on_both_loops
 async def test_a_response_with_a_length_goes_through_send() -> None:
     app = App(length=True)
     async with serving(app) as port:

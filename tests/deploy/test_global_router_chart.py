@@ -141,6 +141,14 @@ def test_default_render_is_a_single_replica_without_redis() -> None:
     assert deploy["spec"]["replicas"] == 1
     (router,) = deploy["spec"]["template"]["spec"]["containers"]
     assert "--workers" not in router["args"]  # one process: the fleet view and limits are its own
+
+
+def test_workers_are_passed_whenever_redis_is_configured() -> None:
+    """Redis given in the config itself counts too: without the flag the router would count the
+    node's cores (`auto`), having no CPU limit to go by."""
+    values = {"config": {**_values()["config"], "redis": {"url": "redis://r:6379/0"}}, "workers": 3}
+    (router,) = one(render(ROUTER_CHART, values), "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert router["args"][-2:] == ["--workers", "3"]
     assert "No Redis" in notes(ROUTER_CHART)
 
 

@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers",
         default="auto",
         type=workers_arg,
-        help="serving processes sharing the ports (default auto: one per core); discovery, scraping "
+        help="serving processes sharing the ports (default auto: one per CPU this process may use: its affinity mask and cgroup quota); discovery, scraping "
         "and the capacity agent run once, in the first",
     )
     parser.add_argument(

@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers",
         default="auto",
         type=workers_arg,
-        help="serving processes on the HTTP port (SO_REUSEPORT); 'auto' = one per core with `redis` "
+        help="serving processes on the HTTP port (SO_REUSEPORT); 'auto' = one per usable CPU (affinity mask, cgroup quota) with `redis` "
         "configured, else 1 (workers share the fleet view and limits through Redis)",
     )
     parser.add_argument("--log-level", default="INFO", help="log level (default INFO)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import signal
+import threading
 import time
 
 import httpx
@@ -24,6 +25,9 @@ def test_demo_netns_serves_and_cleans_up() -> None:
     proc = fleetgate(
         "demo", "--netns", "--port", "0", "--duration", "60", "--no-live", "--summary-every", "1"
     )
+    errors: list[str] = []  # stderr, read all along (a full pipe would stall the demo) and shown on failure
+    assert proc.stderr is not None
+    threading.Thread(target=lambda: errors.extend(proc.stderr or ()), daemon=True).start()
     try:
         assert proc.stdout is not None
         lines: list[str] = []
@@ -33,7 +37,13 @@ def test_demo_netns_serves_and_cleans_up() -> None:
             if not line:
                 break
             lines.append(line.rstrip("\n"))
-        assert lines and lines[0].startswith("global endpoint: http://127.0.0.1:"), lines
+        if not lines:  # the demo ended before its first line: say why
+            proc.wait(10)
+        assert lines and lines[0].startswith("global endpoint: http://127.0.0.1:"), (
+            lines,
+            proc.poll(),
+            "".join(errors[-30:]),
+        )
         endpoint = lines[0].split(": ", 1)[1]
         key = next(line.split(": ", 1)[1] for line in lines if line.startswith("api key: "))
         namespaces = re.findall(r"namespace (fgtb-\S+)\)", "\n".join(lines))

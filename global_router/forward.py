@@ -36,7 +36,7 @@ from common.errors import OpenAIError, error_body
 from common.http import HOP_BY_HOP
 from common.response_stream import Observed
 from common.telemetry import data_path_span
-from common.upstream import BodySink, Response, UpstreamError, UpstreamPools, UpstreamTimeout
+from common.upstream import BodySink, Response, UpstreamError, UpstreamPools, UpstreamTimeout, write_to
 from global_router.cluster_failure import counts_as_cluster_failure, retry_elsewhere
 from global_router.dispatch_tracker import DispatchTracker
 from global_router.failover import ClusterHealth, RetryBudget
@@ -270,8 +270,7 @@ class Forwarder:
         """The stream's bytes to the client, first chunk included (its tokens were counted when it
         came); a break ends it with an SSE error event."""
         assert d.response is not None
-        if not out.push(d.first_chunk):
-            await out.put(d.first_chunk)
+        await write_to(out, d.first_chunk)
         try:
             await d.response.relay(Observed(out, d.usage.feed), self._cfg.read_timeout_s)
         except UpstreamError as exc:

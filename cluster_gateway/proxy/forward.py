@@ -32,7 +32,15 @@ from common.request_log import RequestRecord
 from common.response_stream import StreamBody
 from common.retry_budget import RetryBudget
 from common.telemetry import data_path_span, inject_traceparent
-from common.upstream import BodySink, ConnectFailed, PoolTimeout, Response, UpstreamError, UpstreamPools
+from common.upstream import (
+    BodySink,
+    ConnectFailed,
+    PoolTimeout,
+    Response,
+    UpstreamError,
+    UpstreamPools,
+    write_to,
+)
 
 log = logging.getLogger("fleetgate.gateway.proxy")
 
@@ -254,8 +262,7 @@ class Forwarder:
             self.outliers.success(pod)
         is_sse = (resp.header(b"content-type") or b"").startswith(b"text/event-stream")
         try:
-            if not out.push(first):
-                await out.put(first)
+            await write_to(out, first)
             await resp.relay(out, self.cfg.read_timeout_s)
         except UpstreamError as exc:
             # Bytes already reached the client: no retry possible. Close the stream visibly.

@@ -3,7 +3,7 @@
 Both tiers forward through it (Tier 2 → gateways, Tier 1 → pods); see `pool.py` for why.
 """
 
-from common.upstream.connection import BodySink, Response
+from common.upstream.connection import BodySink, Response, write_to
 from common.upstream.errors import (
     ConnectFailed,
     PoolTimeout,
@@ -25,4 +25,5 @@ __all__ = [
     "UpstreamPools",
     "UpstreamProtocolError",
     "UpstreamTimeout",
+    "write_to",
 ]

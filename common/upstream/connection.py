@@ -47,6 +47,13 @@ ACK_LAG_ALLOWANCE = 3.0
 ACK_BUSY_ALLOWANCE = 3.0
 
 
+def _joined(parts: list[bytes] | deque[bytes]) -> bytes:
+    """The parts as one bytes object (without a copy for one part), emptying the container."""
+    data = parts[0] if len(parts) == 1 else b"".join(parts)
+    parts.clear()
+    return data
+
+
 class BodySink(Protocol):
     """Where `Response.relay()` sends body bytes (the client's side of a proxied stream)."""
 
@@ -57,6 +64,12 @@ class BodySink(Protocol):
     async def put(self, data: bytes) -> None:
         """Write `data`, waiting as long as the client needs to take it."""
         ...
+
+
+async def write_to(sink: BodySink, data: bytes) -> None:
+    """`data` to `sink`: at once if the client takes it, else waiting for it."""
+    if not sink.push(data):
+        await sink.put(data)
 
 
 class Connection(asyncio.Protocol):
@@ -162,9 +175,7 @@ class Connection(asyncio.Protocol):
     def _push_unsent(self) -> None:
         """The body bytes of one read, in one write: a read under load holds several chunks, and a
         write each would cost a send call each (`next_chunk` joins them the same way)."""
-        unsent = self._unsent
-        data = unsent[0] if len(unsent) == 1 else b"".join(unsent)
-        unsent.clear()
+        data = _joined(self._unsent)
         sink = self.sink
         if sink is not None:
             try:
@@ -315,11 +326,9 @@ class Connection(asyncio.Protocol):
 
     def _take(self) -> bytes:
         """Every queued body byte (b"" when none), resuming a paused read."""
-        chunks = self._chunks
-        if not chunks:
+        if not self._chunks:
             return b""
-        data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
-        chunks.clear()
+        data = _joined(self._chunks)
         self._queued = 0
         if self._paused and self.transport is not None:
             self._paused = False
@@ -329,8 +338,8 @@ class Connection(asyncio.Protocol):
     async def relay(self, sink: BodySink, idle_s: float | None) -> None:
         """Send the rest of the body to `sink`; returns at its end, raises the upstream's error.
 
-        While the client keeps up, `on_body` hands each chunk to `sink.push` from the socket
-        callback that parsed it: no future, no task wake-up and no ASGI message per chunk (with
+        While the client keeps up, `data_received` hands the body bytes of each read to
+        `sink.push` in one write: no future, no task wake-up and no ASGI message per chunk (with
         2,000 streams those were about half of a proxy's Python time per chunk). A chunk the sink
         refuses (the client's buffer is full, or the sink has no direct path) is queued, and this
         coroutine wakes to `await sink.put` it, then pushes again. `idle_s` bounds the time

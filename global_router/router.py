@@ -271,12 +271,16 @@ class GlobalRouter:
         if self._stopped:  # after drain(), the CLI's `finally` stops again
             return
         self._stopped = True
-        if self._worker_procs is not None:  # each worker drains what it serves on SIGTERM
-            await self._worker_procs.stop(self.cfg.server.drain_timeout_s + 5.0)
+        # The workers (each drains what it serves on SIGTERM) and this process's own server stop
+        # together, as the gateway's do: one after the other, a stop could take two drain timeouts.
+        stops = []
+        if self._worker_procs is not None:
+            stops.append(self._worker_procs.stop(self.cfg.server.drain_timeout_s + 5.0))
             self._worker_procs = None
         if self._server is not None:
-            await self._server.stop(log, self.cfg.server.drain_timeout_s if drain else None)
+            stops.append(self._server.stop(log, self.cfg.server.drain_timeout_s if drain else None))
             self._server = None
+        await asyncio.gather(*stops)
         await self._stop_capacity()
         await self.limiter.stop()
         await self.fleet.stop()

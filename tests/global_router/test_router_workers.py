@@ -20,23 +20,28 @@ def _write(cfg: object, path: Path) -> str:
     return str(path)
 
 
-def _drain(stream: object) -> None:  # keep the child's pipe from filling once we stop reading
-    threading.Thread(target=lambda: [None for _ in stream], daemon=True).start()  # type: ignore[attr-defined]
+def _drain(stream: object, into: list[str]) -> None:
+    """Keep the child's pipe from filling once we stop reading; its lines go to `into`."""
+    threading.Thread(target=lambda: into.extend(stream), daemon=True).start()  # type: ignore[call-overload]
 
 
 def test_two_workers_serve_the_same_port_over_the_redis_fleet_view(
     tmp_path: Path, redis_server: RedisServer
 ) -> None:
-    cfg = _write(router_config(["a"], redis_url=redis_server.url), tmp_path / "router.json")
+    # A short drain, so that the stop below is bounded well inside its wait: notice + drain timeout
+    # (workers and the main process drain together) + Redis calls at their 3 s timeout on a loaded host.
+    server = {"drainNoticeS": 0.5, "drainTimeoutS": 5}
+    cfg = _write(router_config(["a"], redis_url=redis_server.url, server=server), tmp_path / "router.json")
     proc = fleetgate(
         "global-router", "--config", cfg, "--port", "0", "--grpc-port", "0", "--workers", "2",
         "--log-format", "text",
     )  # fmt: skip
+    logged: list[str] = []
     try:
         m, _ = read_until(proc.stderr, r"global router listening on (http://\S+)")
         url = m.group(1)
         read_until(proc.stderr, r"router worker 1 \(pid \d+\) serving on port")
-        _drain(proc.stderr)
+        _drain(proc.stderr, logged)
         replicas: set[str] = set()
         for _ in range(200):  # a new connection each time: the kernel spreads them over both
             with httpx.Client(timeout=10) as client:
@@ -47,7 +52,8 @@ def test_two_workers_serve_the_same_port_over_the_redis_fleet_view(
                 break
         assert len(replicas) == 2, replicas
     finally:
-        assert stop(proc) == 0
+        code = stop(proc, timeout_s=30.0)
+        assert code == 0, f"exit {code}; the router's last lines:\n{''.join(logged[-40:])}"
 
 
 def test_more_than_one_worker_without_redis_is_refused(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from cluster_gateway.extauthz.ledger import PICK_HEADER, OpenPick, PickLedger
 from cluster_gateway.extproc.envoy_token import ENVOY_TOKEN_HEADER, EnvoyToken
 from cluster_gateway.observability import CANCELLED, OK, REJECTED, SHED, UPSTREAM_ERROR, GatewayMetrics
 from cluster_gateway.request_path.dispatch import Dispatcher
-from cluster_gateway.request_path.headers import DESTINATION_HEADER, client_headers, is_internal
+from cluster_gateway.request_path.headers import DESTINATION_HEADER, client_headers
 from cluster_gateway.request_path.outliers import OutlierDetector
 from common.asgi import ClientGone, read_body, run_until_disconnect
 from common.errors import OpenAIError
@@ -124,8 +124,9 @@ class PickCheck:
             return self._deny(
                 OpenAIError(403, "Checks are for the gateway's Envoy", code="forbidden"), REJECTED
             )
+        dropped: list[bytes] = []
         try:
-            headers = client_headers(raw_headers)
+            headers = client_headers(raw_headers, dropped)
             self.auth.verify_asgi("POST", path, raw_headers, body)
             parsed = parse_request(body, path, self.max_depth)
             chosen = await self.dispatcher.pick_in_trace(parsed, headers)
@@ -147,11 +148,7 @@ class PickCheck:
             out.append((_ENDPOINTS, listed.encode()))
         # The client's copies of the two headers set above are overwritten by Envoy; naming them here
         # too would remove the pick itself (Envoy applies removals after the set).
-        internal = {
-            k
-            for k, _ in raw_headers
-            if k not in _SET_BY_CHECK and k != _TOKEN_HEADER and is_internal(k.decode("latin-1").lower())
-        }
+        internal = {k for k in dropped if k not in _SET_BY_CHECK and k != _TOKEN_HEADER}
         if internal:
             out.append((_REMOVE_HEADER, b",".join(sorted(internal))))
         return Answer(200, out, undelivered=lambda: self._undelivered(pick_id))

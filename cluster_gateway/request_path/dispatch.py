@@ -85,7 +85,10 @@ class Dispatcher:
 
     async def pick_in_trace(self, parsed: ParsedRequest, headers: Mapping[str, str]) -> Pick:
         """`pick` under the client's trace context from `headers`: the Envoy pickers, whose request
-        as a whole is Envoy's, join the client's trace for the pick alone."""
+        as a whole is Envoy's, join the client's trace for the pick alone. Without a `traceparent`
+        there is no trace to join (`headers` has lower-case names, as for `pick`)."""
+        if "traceparent" not in headers:
+            return await self.pick(parsed, headers)
         token = otel_context.attach(extract_context(headers))
         try:
             return await self.pick(parsed, headers)

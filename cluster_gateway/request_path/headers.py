@@ -25,15 +25,21 @@ def is_internal(name: str) -> bool:
     return name.startswith(INTERNAL_PREFIX) and name not in ROUTING_HINT_HEADERS
 
 
-def client_headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+def client_headers(raw: Iterable[tuple[bytes, bytes]], dropped: list[bytes] | None = None) -> dict[str, str]:
     """Decode ASGI request headers to a lower-case dict without internal routing headers.
 
     Repeated headers are joined with ", " (RFC 9110 §5.3), which is what the scheduler reads.
+    `dropped` collects the raw names of the internal headers left out, for a caller that must name
+    them (the ext_authz check tells Envoy to remove them), so that nobody decodes the headers twice.
     """
     out: dict[str, str] = {}
     for k, v in raw:
         name = k.decode("latin-1").lower()
-        if is_internal(name):
+        if name == DESTINATION_HEADER or (
+            name.startswith(INTERNAL_PREFIX) and name not in ROUTING_HINT_HEADERS
+        ):  # is_internal, inlined: this runs for every header of every request
+            if dropped is not None:
+                dropped.append(k)
             continue
         value = v.decode("latin-1")
         out[name] = f"{out[name]}, {value}" if name in out else value

@@ -28,17 +28,6 @@ if TYPE_CHECKING:
 _TRUE = frozenset({"true", "1", "yes", "on"})
 
 
-def _header(headers: Mapping[str, str], name: str) -> str | None:
-    """Case-insensitive lookup that works for plain dicts as well as header multidicts."""
-    v = headers.get(name)
-    if v is not None:
-        return v
-    for k, val in headers.items():
-        if k.lower() == name:
-            return val
-    return None
-
-
 @dataclass(slots=True)
 class LLMRequest:
     model: str  # base model or a LoRA adapter name, as the client sent it
@@ -54,8 +43,10 @@ class LLMRequest:
 
     @classmethod
     def from_parsed(cls, parsed: ParsedRequest, headers: Mapping[str, str]) -> LLMRequest:
-        profile = _header(headers, PROFILE_HEADER) or _header(headers, OBJECTIVE_HEADER)
-        shed = (_header(headers, SHEDDABLE_HEADER) or "").strip().lower() in _TRUE
+        """`headers` with lower-case names: what `client_headers` and the Envoy pickers' header maps
+        give (HTTP/2 names are lower-case; the HTTP/1.1 servers here lower-case them)."""
+        profile = headers.get(PROFILE_HEADER) or headers.get(OBJECTIVE_HEADER)
+        shed = (headers.get(SHEDDABLE_HEADER) or "").strip().lower() in _TRUE
         return cls(
             model=parsed.model,
             prompt_text=parsed.prompt_text,
@@ -63,7 +54,7 @@ class LLMRequest:
             stream=parsed.stream,
             profile=profile.strip() if profile and profile.strip() else None,
             sheddable=shed,
-            request_id=_header(headers, REQUEST_ID_HEADER) or "",
+            request_id=headers.get(REQUEST_ID_HEADER) or "",
         )
 
     def block_hashes(self, block_chars: int, max_blocks: int, adapter: bool = False) -> tuple[int, ...]:

@@ -21,7 +21,10 @@ def test_destination_and_internal_fleetgate_headers_are_dropped_but_request_hint
         (b"accept", b"a"),
         (b"accept", b"b"),
     ]
-    h = client_headers(raw)
+    dropped: list[bytes] = []
+    h = client_headers(raw, dropped)
+    assert dropped == [b"X-Gateway-Destination-Endpoint", b"x-fleetgate-pod", b"x-fleetgate-cluster"]
+    assert client_headers(raw) == h
     assert "x-gateway-destination-endpoint" not in h
     assert "x-fleetgate-pod" not in h and "x-fleetgate-cluster" not in h
     assert h["x-fleetgate-profile"] == "throughput"

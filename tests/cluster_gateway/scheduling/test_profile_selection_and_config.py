@@ -26,7 +26,7 @@ def test_default_profile_is_latency() -> None:
 
 def test_header_profile_wins_when_known() -> None:
     parsed = parse_request(b'{"model": "llama-8b", "prompt": "hi"}', "/v1/completions")
-    r = LLMRequest.from_parsed(parsed, {"X-Fleetgate-Profile": "throughput"})
+    r = LLMRequest.from_parsed(parsed, {"x-fleetgate-profile": "throughput"})
     assert scheduler(_pool()).schedule(r).profile == "throughput"
 
 

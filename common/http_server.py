@@ -12,7 +12,9 @@ concurrency limit in text/plain. This protocol adds, per connection:
 - OpenAI-format JSON for the parse errors uvicorn itself answers (400);
 - a `DirectBody` in each request's scope, through which a streamed body is written without an ASGI
   message per chunk (`response_stream.py`);
-- a response's head written together with its first body bytes (`HeadWithBody`).
+- a response's head written together with its first body bytes, and an interim `100 Continue` left
+  out when the final head follows within `CONTINUE_DELAY_S` of a request that came whole
+  (`HeadWithBody`).
 
 httptools (llhttp, C) instead of h11 because the pure-Python parser was a visible share of the
 proxy's CPU at concurrency 64; `bench/throughput.py` measures the whole path.
@@ -21,6 +23,8 @@ proxy's CPU at concurrency 64; `bench/throughput.py` measures the whole path.
 from __future__ import annotations
 
 import asyncio
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +65,9 @@ TOO_MANY_CONNECTIONS = _json_response(
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
+CONTINUE_DELAY_S = 0.05  # an interim 100 for a request whose body came whole waits this long
+
+
 class HeadWithBody:
     """The transport of one response as uvicorn's cycle sees it: the head is held until the body's
     first bytes and goes out with them in one write.
@@ -68,16 +75,32 @@ class HeadWithBody:
     uvicorn writes the head at `http.response.start` and the body at the next message, two send
     calls where one does; and the peer (a client, or the global router reading a gateway) wakes and
     parses twice. Both tiers send the body's first bytes right after the start, so the head is held
-    at most until then, and never past the current loop iteration (a flush is scheduled). The
-    interim `100 Continue` is an acknowledgement and is never held."""
+    at most until then, and never past the current loop iteration (a flush is scheduled).
 
-    __slots__ = ("_done", "_flush_handle", "_held", "_loop", "_t")
+    The interim `100 Continue` uvicorn writes for `expect: 100-continue` goes out at once while the
+    request's body is still to come (the client may be waiting for it before sending the body). When
+    the body came whole with the head, as the global router sends it, the 100 only acknowledges the
+    request (the router's ack deadline); it is then held for `continue_delay_s` and dropped if the
+    final head goes out first, which acknowledges as well (RFC 9110 §10.1.1 lets a server that
+    has the content omit the 100). A fast answer (a short completion, a 4xx or a 429) then costs
+    the peer one write and one wake-up, not two; a slow one gets its 100 after the delay."""
 
-    def __init__(self, transport: Any, loop: asyncio.AbstractEventLoop) -> None:
+    __slots__ = ("_body_complete", "_continue", "_delay", "_done", "_flush_handle", "_held", "_loop", "_t")
+
+    def __init__(
+        self,
+        transport: Any,
+        loop: asyncio.AbstractEventLoop,
+        body_complete: Callable[[], bool] = lambda: False,
+        continue_delay_s: float = CONTINUE_DELAY_S,
+    ) -> None:
         self._t = transport
         self._loop = loop
+        self._body_complete = body_complete
+        self._delay = continue_delay_s
         self._held: bytes | None = None
         self._flush_handle: asyncio.Handle | None = None
+        self._continue: asyncio.TimerHandle | None = None
         self._done = False
 
     def write(self, data: bytes) -> None:
@@ -87,8 +110,12 @@ class HeadWithBody:
         held = self._held
         if held is None:
             if data == _CONTINUE:
-                self._t.write(data)
+                if self._body_complete():
+                    self._continue = self._loop.call_later(self._delay, self._send_continue)
+                else:
+                    self._t.write(data)
                 return
+            self._drop_continue()  # the final head acknowledges the request
             self._held = data
             self._flush_handle = self._loop.call_soon(self.flush)
             return
@@ -99,6 +126,16 @@ class HeadWithBody:
             self._flush_handle = None
         self._t.write(held + data)
 
+    def _send_continue(self) -> None:
+        self._continue = None
+        if self._held is None and not self._done and not self._t.is_closing():
+            self._t.write(_CONTINUE)
+
+    def _drop_continue(self) -> None:
+        if self._continue is not None:
+            self._continue.cancel()
+            self._continue = None
+
     def flush(self) -> None:
         self._flush_handle = None
         if self._held is not None:
@@ -108,6 +145,7 @@ class HeadWithBody:
                 self._t.write(held)
 
     def close(self) -> None:
+        self._drop_continue()
         self.flush()
         self._t.close()
 
@@ -152,7 +190,10 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
             super().on_headers_complete()
             cycle = self.cycle
             if cycle is not None and cycle.scope is self.scope:  # not an upgrade handed elsewhere
-                cycle.transport = HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
+                ref = weakref.ref(cycle)  # weak: the cycle holds this transport (no GC cycle per request)
+                cycle.transport = HeadWithBody(  # type: ignore[assignment]
+                    self.transport, self.loop, lambda: (c := ref()) is not None and not c.more_body
+                )
                 self.scope.setdefault("extensions", {})[DIRECT_BODY] = {"writer": DirectBody(cycle)}
 
         def connection_lost(self, exc: Exception | None) -> None:

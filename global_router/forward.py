@@ -9,7 +9,8 @@ under it. Once bytes have reached the client a broken stream is ended with an SS
 
 Two deadlines bound the wait before the first byte. `ackTimeoutS` (seconds): the gateway must
 acknowledge the request — its HTTP server answers the `expect: 100-continue` the router sends with an
-interim 100 as soon as the gateway starts reading the request, or answers outright — else the path is
+interim 100 when the gateway starts reading the request (50 ms later when the body came whole, and
+not at all if the answer is out by then), or answers outright — else the path is
 taken for black-holed (connections accepted, nothing comes back: reports travel another path and can
 look healthy), the cluster is ejected at once and the request moves on; retrying is safe, since no
 byte reached the client. `firstByteTimeoutS` (minutes) then bounds the answer itself, since a long

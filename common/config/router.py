@@ -175,7 +175,8 @@ class Failover(_Base, kw_only=True):
     # from sending a request until the gateway acknowledges it (its interim 100 Continue, or any
     # response head): a path that accepts connections but answers nothing (black-holed while the
     # cluster's reports still arrive) fails over after this and ejects the cluster, instead of after
-    # firstByteTimeoutS; above the longest round trip to a gateway. 0 = no ack deadline
+    # firstByteTimeoutS; above the longest round trip to a gateway plus 50 ms (a gateway holds the
+    # 100 that long for a request that came whole, in case its answer is out first). 0 = no ack deadline
     # (docs/global-router-resilience.md)
     ack_timeout_s: NonNegFloat = 3.0
     # until the gateway's first body chunk: longer than a gateway's own queue wait plus its pod

@@ -92,12 +92,12 @@ class HeadWithBody:
         transport: Any,
         loop: asyncio.AbstractEventLoop,
         body_complete: Callable[[], bool] = lambda: False,
-        continue_delay_s: float = CONTINUE_DELAY_S,
+        continue_delay_s: float | None = None,
     ) -> None:
         self._t = transport
         self._loop = loop
         self._body_complete = body_complete
-        self._delay = continue_delay_s
+        self._delay = CONTINUE_DELAY_S if continue_delay_s is None else continue_delay_s
         self._held: bytes | None = None
         self._flush_handle: asyncio.Handle | None = None
         self._continue: asyncio.TimerHandle | None = None

@@ -13,6 +13,9 @@ import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
+
+from common import http_server
 from common.asgi import EmbeddedServer, server_config
 from common.config.server import HttpServer
 from common.http_server import HeadWithBody
@@ -161,7 +164,10 @@ async def _read_response(reader: asyncio.StreamReader) -> bytes:
     return data
 
 
-async def test_on_the_wire_a_whole_request_answered_at_once_gets_no_continue() -> None:
+async def test_on_the_wire_a_whole_request_answered_at_once_gets_no_continue(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(http_server, "CONTINUE_DELAY_S", 3600.0)  # the answer, however late, is first
     async with echo_server() as port:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(_expect_request(b"hello"))  # the head and the whole body, as the router sends
@@ -170,7 +176,10 @@ async def test_on_the_wire_a_whole_request_answered_at_once_gets_no_continue() -
         writer.close()
 
 
-async def test_on_the_wire_a_client_waiting_to_send_its_body_gets_the_continue_at_once() -> None:
+async def test_on_the_wire_a_client_waiting_to_send_its_body_gets_the_continue_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(http_server, "CONTINUE_DELAY_S", 3600.0)  # a held 100 would never come
     async with echo_server() as port:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         request = _expect_request(b"hello")

@@ -19,14 +19,6 @@ from common.http import Receive, Scope, Send
 
 
 @dataclass
-class Hanging:
-    """Requests hung right now across the pods that share it, and the most seen at once."""
-
-    now: int = 0
-    peak: int = 0
-
-
-@dataclass
 class FakePod:
     name: str
     body: bytes
@@ -37,7 +29,6 @@ class FakePod:
     metrics_hits: int = 0
     models_hits: int = 0
     port: int = 0
-    hanging: Hanging = field(default_factory=Hanging)  # share one to count across pods
     _release: asyncio.Event = field(default_factory=asyncio.Event)
     _server: uvicorn.Server | None = None
     _task: asyncio.Task[None] | None = None
@@ -52,14 +43,7 @@ class FakePod:
         if path == "/metrics":
             self.metrics_hits += 1
             if self.hang:
-                h = self.hanging
-                h.now += 1
-                h.peak = max(h.peak, h.now)
-                try:  # until released, or until the scraper gives up and closes its connection
-                    if not await _released_or_gone(self._release, receive):
-                        return
-                finally:
-                    h.now -= 1
+                await self._release.wait()
             await _respond(send, self.status, self.body, b"text/plain; version=0.0.4")
         elif path == "/v1/models" and not self.models_via_info:
             self.models_hits += 1
@@ -98,22 +82,6 @@ class FakePod:
             await self._task
         self._server = self._task = None
         self._release = asyncio.Event()
-
-
-async def _released_or_gone(release: asyncio.Event, receive: Receive) -> bool:
-    """True when `release` is set, False when the client disconnected first."""
-
-    async def gone() -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-
-    waits = [asyncio.ensure_future(release.wait()), asyncio.ensure_future(gone())]
-    try:
-        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waits:
-            w.cancel()
-    return waits[0] in done
 
 
 async def _respond(send: Send, status: int, body: bytes, content_type: bytes) -> None:

@@ -160,8 +160,9 @@ async def test_the_gateway_acknowledges_a_request_before_the_pod_answers(
     pod_and_gateway: tuple[CapturingPod, ClusterGateway],
 ) -> None:
     """The router's ack deadline (failover.ackTimeoutS) relies on this: `expect: 100-continue` is
-    answered with an interim 100 as soon as the gateway reads the request, however long the pod
-    takes to its first token, and the expectation is not passed on to the pod."""
+    answered with an interim 100 once the gateway has read the request (50 ms later when the body came
+    whole, as here), however long the pod takes to its first token, and the expectation is not
+    passed on to the pod."""
     pod, gw = pod_and_gateway
     pod.hold = asyncio.Event()
     body = b'{"model": "m-1", "messages": [{"role": "user", "content": "hi"}]}'

@@ -9,7 +9,8 @@ from cluster_gateway.metrics.engines import ENGINES, fetch_names
 from cluster_gateway.metrics.scraper import Scraper
 from cluster_gateway.pool import Endpoint, EndpointPool
 from common.config.gateway import Scrape
-from tests.cluster_gateway.metrics.test_filtered_scrapes import Recording, prometheus_app
+from tests.cluster_gateway.metrics.recording_fetcher import Recording
+from tests.cluster_gateway.metrics.test_filtered_scrapes import prometheus_app
 
 
 def _registry() -> CollectorRegistry:

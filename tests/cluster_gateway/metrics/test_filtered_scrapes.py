@@ -12,7 +12,6 @@ import uvicorn
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, make_asgi_app
 
 from cluster_gateway.metrics.engines import fetch_names
-from cluster_gateway.metrics.fetch import Fetcher
 from cluster_gateway.metrics.filtered import SLASH_PATH, ignores_filter, metrics_path, sample_lines
 from cluster_gateway.metrics.scraper import Scraper
 from cluster_gateway.pool import Endpoint, EndpointPool
@@ -22,29 +21,10 @@ from modelsim.fleet import PodSpec, SimFleet
 from modelsim.metrics_text import filter_samples
 from tests.cluster_gateway.metrics.bodies import tgi_body
 from tests.cluster_gateway.metrics.fake_pods import FakePod, running
+from tests.cluster_gateway.metrics.recording_fetcher import Recording
 from tests.eventually import eventually
 
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-
-class Recording:
-    """The scraper's fetcher, recording each /metrics path asked and body size answered."""
-
-    def __init__(self, inner: Fetcher) -> None:
-        self.inner = inner
-        self.seen: list[tuple[str, int]] = []
-
-    async def get(self, endpoint: Endpoint, path: str, channel: str) -> bytes:
-        body = await self.inner.get(endpoint, path, channel)
-        if path.startswith("/metrics"):
-            self.seen.append((path, len(body)))
-        return body
-
-    def forget(self, name: str) -> None:
-        self.inner.forget(name)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 def _vllm_registry() -> CollectorRegistry:

@@ -10,12 +10,12 @@ from contextlib import asynccontextmanager
 import httpx
 from prometheus_client import CollectorRegistry
 
-from cluster_gateway.metrics.fetch import Fetcher
 from cluster_gateway.metrics.scraper import Scraper
 from cluster_gateway.pool import Endpoint, EndpointPool
 from common.config.gateway import Scrape
 from tests.cluster_gateway.metrics.bodies import ModelLoad, VllmState, sglang_body, tgi_body, vllm_body
 from tests.cluster_gateway.metrics.fake_pods import FakePod, running
+from tests.cluster_gateway.metrics.recording_fetcher import Recording
 from tests.eventually import eventually
 
 
@@ -170,30 +170,6 @@ async def test_bad_bodies_and_error_statuses_count_as_failures() -> None:
         await scraper.aclose()
 
 
-class CountingFetcher:
-    """The scraper's own fetcher, counting the fetches in progress: a timed-out fetch stops counting
-    before its slot is free for the next (no race with the pod noticing the disconnect)."""
-
-    def __init__(self, inner: Fetcher) -> None:
-        self.inner = inner
-        self.now = 0
-        self.peak = 0
-
-    async def get(self, endpoint: Endpoint, path: str, channel: str) -> bytes:
-        self.now += 1
-        self.peak = max(self.peak, self.now)
-        try:
-            return await self.inner.get(endpoint, path, channel)
-        finally:
-            self.now -= 1
-
-    def forget(self, name: str) -> None:
-        self.inner.forget(name)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-
 async def test_scrapes_are_bounded_by_max_concurrency() -> None:
     pods = [FakePod(f"p{i}", _vllm(waiting=i)) for i in range(4)]
     async with running(*pods):
@@ -202,7 +178,7 @@ async def test_scrapes_are_bounded_by_max_concurrency() -> None:
         pool = EndpointPool()
         pool.set_endpoints([p.endpoint() for p in pods])
         scraper = Scraper(pool, Scrape(max_concurrency=2, timeout_ms=300, stale_after_misses=1))
-        fetches = scraper._fetcher = CountingFetcher(scraper._fetcher)
+        fetches = scraper._fetcher = Recording(scraper._fetcher)
         started = time.monotonic()
         await scraper.scrape_once()
         elapsed = time.monotonic() - started

@@ -1,10 +1,13 @@
-"""Envoy's gRPC access log, read by the picker: how each request Envoy routed to a pod ended.
+"""Envoy's access log, read by the picker: how each request Envoy routed to a pod ended.
 
 Neither picker sees the end of a request on its hot path any more: the ext_proc picker skips the
 response phase (a message pair per request), and the ext_authz check is one HTTP exchange before
-the request is sent. Envoy's access logger (`envoy.access_loggers.http_grpc`) streams the entries
-in batches (`extProc.accessLogFlushMs`) on one long-lived gRPC stream per Envoy worker thread, so
-the outcomes cost the picker a few protobuf fields per request and no round trip:
+the request is sent. Envoy's OpenTelemetry access logger (`envoy.access_loggers.open_telemetry`)
+sends the ends in batches (every 50 ms: `envoy_bootstrap(access_log_flush_ms=...)`) as OTLP `Export`
+calls on the picker's gRPC port. Each record is one short line that Envoy formats, `LINE_FORMAT`, so the picker reads a string
+per request instead of an `HTTPAccessLogEntry` of some thirty fields (`envoy.access_loggers.http_grpc`,
+used before: building, sending and reading those cost Envoy and the picker ~10% of a request's CPU
+through Envoy; bench/RESULTS.md):
 
   * the upstream host and the status (with Envoy's response flags) feed the outlier detector
     exactly as the embedded proxy's own responses do: 5xx → failure (502/503/504 and connection
@@ -12,19 +15,18 @@ the outcomes cost the picker a few protobuf fields per request and no round trip
     fails fast is ejected in Envoy mode too, at most one flush interval late;
   * `x-fleetgate-pick` (ext_authz picks) releases the pod's in-flight slot (extauthz/release.py).
 
-With `extProc.envoyTokenSha256` set, a stream without Envoy's token in its metadata is refused:
-forged entries could otherwise eject healthy pods.
+With `extProc.envoyTokenSha256` set, a call without Envoy's token in its metadata is refused:
+forged records could otherwise eject healthy pods.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import grpc
-from envoy.data.accesslog.v3 import accesslog_pb2
-from envoy.service.accesslog.v3 import als_pb2, als_pb2_grpc
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
 
 from cluster_gateway.extproc.envoy_token import ENVOY_TOKEN_HEADER, EnvoyToken
 from cluster_gateway.pool import EndpointPool, PodState
@@ -33,22 +35,19 @@ from cluster_gateway.request_path.outliers import OutlierDetector
 log = logging.getLogger("fleetgate.gateway.accesslog")
 
 PICK_HEADER = "x-fleetgate-pick"  # the ext_authz pick's id (extauthz/ledger.py), logged by Envoy
+# status, response flags ("-" or e.g. "UF,URX"), pod ("-" when none was reached), pick id. Envoy
+# makes the first three (no spaces in any); the pick id comes from a request header, so it is last
+# and read as the rest of the line: a forged header with spaces cannot shift the other fields.
+LINE_FORMAT = "%RESPONSE_CODE% %RESPONSE_FLAGS% %UPSTREAM_HOST% {pick}"
+NO_PICK = "-"  # what Envoy writes for an absent header, and the line's last field without picks
 _GATEWAY_STATUSES = frozenset({502, 503, 504})
-
-
-def _gateway_kind(flags: accesslog_pb2.ResponseFlags) -> bool:
-    """Envoy could not get an answer from the pod (vs. the pod answering 5xx itself)."""
-    return (
-        flags.upstream_connection_failure
-        or flags.upstream_remote_reset
-        or flags.upstream_connection_termination
-        or flags.upstream_request_timeout
-        or flags.upstream_protocol_error
-    )
+# Envoy could not get an answer from the pod (vs. the pod answering 5xx itself): connection
+# failure, remote reset, connection termination, upstream timeout, protocol error
+_GATEWAY_FLAGS = frozenset({"UF", "UR", "UC", "UT", "UPE"})
 
 
 class OutcomeFeed:
-    """Applies access-log entries to the pool's outlier detector and the ext_authz releases."""
+    """Applies access-log lines to the pool's outlier detector and the ext_authz releases."""
 
     def __init__(
         self,
@@ -71,22 +70,18 @@ class OutcomeFeed:
             self._version = self.pool.version
         return self._by_address.get(address)
 
-    def apply(self, entry: accesslog_pb2.HTTPAccessLogEntry) -> None:
-        status = entry.response.response_code.value if entry.response.HasField("response_code") else 0
-        if self.release is not None:
-            pick_id = entry.request.request_headers.get(PICK_HEADER)
-            if pick_id:
-                self.release(pick_id, status)
-        if not self.outcomes:
-            return
-        common = entry.common_properties
-        sock = common.upstream_remote_address.socket_address
-        if not sock.address:
+    def apply(self, line: str) -> None:
+        """One `LINE_FORMAT` line; ValueError when it is not one."""
+        code, flags, host, pick = line.split(" ", 3)
+        status = int(code)  # 0: no response (the client left, or Envoy never got one)
+        if self.release is not None and pick != NO_PICK:
+            self.release(pick, status)
+        if not self.outcomes or host == "-":
             return  # never reached a pod (refused by the picker, no route): nothing to learn
-        pod = self._pod(f"{sock.address}:{sock.port_value}")
+        pod = self._pod(host)
         if pod is None:
             return
-        gateway = _gateway_kind(common.response_flags)
+        gateway = flags != "-" and not _GATEWAY_FLAGS.isdisjoint(flags.split(","))
         if gateway or status >= 500:
             self.outliers.failure(pod, gateway=gateway or status in _GATEWAY_STATUSES)
         elif status == 429:  # overloaded, not broken: demoted, never ejected
@@ -95,32 +90,34 @@ class OutcomeFeed:
             self.outliers.success(pod)
 
 
-class AccessLogService(als_pb2_grpc.AccessLogServiceServicer):
+class AccessLogService(logs_service_pb2_grpc.LogsServiceServicer):
+    """The OTLP logs service Envoy's access logger calls: one `Export` per flushed batch."""
+
     def __init__(self, feed: OutcomeFeed, token: EnvoyToken) -> None:
         self.feed = feed
         self.token = token
 
-    async def StreamAccessLogs(
-        self,
-        request_iterator: AsyncIterator[als_pb2.StreamAccessLogsMessage],
-        context: grpc.aio.ServicerContext,
-    ) -> als_pb2.StreamAccessLogsResponse:
+    async def Export(
+        self, request: logs_service_pb2.ExportLogsServiceRequest, context: grpc.aio.ServicerContext
+    ) -> logs_service_pb2.ExportLogsServiceResponse:
         if self.token.required:
             presented = next(
                 (v for k, v in context.invocation_metadata() or () if k == ENVOY_TOKEN_HEADER), None
             )
             if not self.token.accepts(presented):
-                await context.abort(
-                    grpc.StatusCode.UNAUTHENTICATED, "access log stream without Envoy's token"
-                )
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, "access log without Envoy's token")
         apply = self.feed.apply
-        async for message in request_iterator:
-            for entry in message.http_logs.log_entry:
-                try:
-                    apply(entry)
-                except Exception:  # one odd entry must not end Envoy's log stream
-                    log.exception("access log entry not applied")
-        return als_pb2.StreamAccessLogsResponse()
+        bad = 0
+        for resource in request.resource_logs:
+            for scope in resource.scope_logs:
+                for record in scope.log_records:
+                    try:
+                        apply(record.body.string_value)
+                    except Exception:  # one odd record must not cost the rest of the batch
+                        bad += 1
+        if bad:
+            log.warning("%d access log record(s) not applied (not %r lines)", bad, LINE_FORMAT)
+        return logs_service_pb2.ExportLogsServiceResponse()
 
 
 def access_logger(
@@ -130,21 +127,20 @@ def access_logger(
     envoy_token: str | None = None,
     picks: bool = False,
 ) -> dict[str, Any]:
-    """The HCM `access_log` entry that streams to the picker's gRPC cluster. `picks`: log the
-    ext_authz pick id too (the ext_authz bootstrap)."""
+    """The HCM `access_log` entry that sends each request's `LINE_FORMAT` line to the picker's gRPC
+    cluster. `picks`: the line ends with the ext_authz pick id (the ext_authz bootstrap)."""
     grpc_service: dict[str, Any] = {"envoy_grpc": {"cluster_name": cluster}}
     if envoy_token is not None:
         grpc_service["initial_metadata"] = [{"key": ENVOY_TOKEN_HEADER, "value": envoy_token}]
+    line = LINE_FORMAT.format(pick=f"%REQ({PICK_HEADER})%" if picks else NO_PICK)
     config: dict[str, Any] = {
-        "@type": "type.googleapis.com/envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig",
-        "common_config": {
-            "log_name": "fleetgate-picker",
-            "transport_api_version": "V3",
-            "grpc_service": grpc_service,
-            "buffer_flush_interval": f"{flush_ms / 1000:.3f}s",
-            "buffer_size_bytes": 16384,
-        },
+        "@type": "type.googleapis.com/envoy.extensions.access_loggers.open_telemetry.v3.OpenTelemetryAccessLogConfig",
+        # top-level fields: Envoy 1.40 warns that `common_config`, which held them before, is deprecated
+        "log_name": "fleetgate-picker",
+        "grpc_service": grpc_service,
+        "buffer_flush_interval": f"{flush_ms / 1000:.3f}s",
+        "buffer_size_bytes": 16384,
+        "disable_builtin_labels": True,  # the node, zone and cluster names: nothing the picker reads
+        "body": {"string_value": line},
     }
-    if picks:
-        config["additional_request_headers_to_log"] = [PICK_HEADER]
-    return {"name": "envoy.access_loggers.http_grpc", "typed_config": config}
+    return {"name": "envoy.access_loggers.open_telemetry", "typed_config": config}

@@ -1,9 +1,9 @@
 """Envoy's proof that a call on the picker's ports is its own: a shared token, kept as a digest.
 
-The ext_authz check and the access-log stream change the gateway's state without a client's
+The ext_authz check and the access-log calls change the gateway's state without a client's
 credential (a check takes a pod slot, a log entry releases one or feeds outlier detection), so
 with `extProc.envoyTokenSha256` set each must carry the token: the check as a header Envoy adds
-(`headers_to_add` overwrites a client's copy), the log stream as gRPC metadata (`initial_metadata`).
+(`headers_to_add` overwrites a client's copy), the log calls as gRPC metadata (`initial_metadata`).
 Compared in constant work over every digest; the token itself is never stored or logged here.
 """
 

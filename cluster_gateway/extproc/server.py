@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 
 import grpc
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
-from envoy.service.accesslog.v3 import als_pb2_grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
 
 from cluster_gateway.auth import GatewayAuthenticator
 from cluster_gateway.extproc import messages as msg
@@ -282,10 +282,10 @@ class ExtProcServer:
         credentials: grpc.ServerCredentials | None = None,
         *,
         reuse_port: bool = False,
-        access_log: als_pb2_grpc.AccessLogServiceServicer | None = None,
+        access_log: logs_service_pb2_grpc.LogsServiceServicer | None = None,
     ) -> None:
         self.service = service
-        self.access_log = access_log  # Envoy's access-log stream (access_log.py), on the same port
+        self.access_log = access_log  # Envoy's access log (access_log.py), on the same port
         self.reuse_port = reuse_port  # gateway workers share the port (SO_REUSEPORT)
         self.credentials = credentials  # TLS when set (extproc/tls.py builds it from extProc.tls*)
         self._server: grpc.aio.Server | None = None
@@ -297,7 +297,7 @@ class ExtProcServer:
         )
         pb_grpc.add_ExternalProcessorServicer_to_server(self.service, server)
         if self.access_log is not None:
-            als_pb2_grpc.add_AccessLogServiceServicer_to_server(self.access_log, server)
+            logs_service_pb2_grpc.add_LogsServiceServicer_to_server(self.access_log, server)
         hs = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(hs, server)
         address = f"{host}:{port}"

@@ -257,7 +257,7 @@ class ExtProc(_Base, kw_only=True):
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     # SHA-256 hex of the token Envoy presents (the bootstrap's `envoy_token`) on the ext_authz check
-    # (`x-fleetgate-envoy-token` header) and its access-log stream (gRPC metadata): without it anyone
+    # (`x-fleetgate-envoy-token` header) and its access-log calls (gRPC metadata): without it anyone
     # who reaches those ports could take pod slots for `extAuthz.slotTtlS` or forge log entries that
     # eject pods. Empty: accepted from any caller (checks still verify the client's `auth`).
     envoy_token_sha256: list[Sha256Hex] = msgspec.field(default_factory=list)

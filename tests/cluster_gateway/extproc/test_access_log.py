@@ -1,4 +1,4 @@
-"""Envoy's access-log entries → outlier detection and ext_authz releases; the stream needs Envoy's token."""
+"""Envoy's access-log lines → outlier detection and ext_authz releases; a batch needs Envoy's token."""
 
 from __future__ import annotations
 
@@ -7,12 +7,9 @@ from typing import Any, cast
 
 import grpc
 import pytest
-from envoy.config.core.v3 import address_pb2
-from envoy.data.accesslog.v3 import accesslog_pb2 as al
-from envoy.service.accesslog.v3 import als_pb2, als_pb2_grpc
-from google.protobuf import wrappers_pb2
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
 
-from cluster_gateway.extproc.access_log import AccessLogService, OutcomeFeed
+from cluster_gateway.extproc.access_log import LINE_FORMAT, AccessLogService, OutcomeFeed, access_logger
 from cluster_gateway.extproc.envoy_token import EnvoyToken
 from cluster_gateway.extproc.server import ExtProcServer
 from cluster_gateway.pool import EndpointPool, PodState
@@ -41,21 +38,18 @@ class PickerStub:
 
 
 def entry(
-    status: int | None, upstream: str | None = "127.0.0.1:9001", pick: str | None = None, **flags: bool
-) -> al.HTTPAccessLogEntry:
-    e = al.HTTPAccessLogEntry()
-    if status is not None:
-        e.response.response_code.CopyFrom(wrappers_pb2.UInt32Value(value=status))
-    if upstream is not None:
-        host, port = upstream.rsplit(":", 1)
-        e.common_properties.upstream_remote_address.CopyFrom(
-            address_pb2.Address(socket_address=address_pb2.SocketAddress(address=host, port_value=int(port)))
-        )
-    for name, on in flags.items():
-        setattr(e.common_properties.response_flags, name, on)
-    if pick is not None:
-        e.request.request_headers["x-fleetgate-pick"] = pick
-    return e
+    status: int | None, upstream: str | None = "127.0.0.1:9001", pick: str | None = None, flags: str = "-"
+) -> str:
+    """The line Envoy formats (LINE_FORMAT) for one request."""
+    return f"{status or 0} {flags} {upstream or '-'} {pick or '-'}"
+
+
+def batch(*lines: str) -> logs_service_pb2.ExportLogsServiceRequest:
+    req = logs_service_pb2.ExportLogsServiceRequest()
+    records = req.resource_logs.add().scope_logs.add().log_records
+    for line in lines:
+        records.add().body.string_value = line
+    return req
 
 
 def feed(**kw: Any) -> tuple[OutcomeFeed, Recorder, list[tuple[str, int]]]:
@@ -74,9 +68,10 @@ def test_statuses_map_to_outcomes_like_the_embedded_proxys() -> None:
         entry(500),
         entry(503, "127.0.0.1:9002"),
         entry(429),
-        entry(503, upstream_connection_failure=True),
-        entry(200, upstream_remote_reset=True),  # reset after the status: still Envoy's kind of failure
-        entry(0, upstream_request_timeout=True),
+        entry(503, flags="UF,URX"),  # connection failure, retried elsewhere: still this pod's failure
+        entry(200, flags="UR"),  # reset after the status: still Envoy's kind of failure
+        entry(0, flags="UT"),
+        entry(200, flags="DC"),  # the client went away: not the pod's doing
         entry(404, None),  # refused before any pod: nothing to learn
         entry(200, "10.9.9.9:1"),  # not in the pool
         entry(None, "127.0.0.1:9001"),  # no response at all (the client left): no verdict
@@ -90,6 +85,7 @@ def test_statuses_map_to_outcomes_like_the_embedded_proxys() -> None:
         ("failure", "a", True),
         ("failure", "a", True),
         ("failure", "a", True),
+        ("success", "a", None),
     ]
 
 
@@ -109,28 +105,37 @@ def test_a_pool_change_is_seen_by_the_address_index() -> None:
     assert rec.calls == [("success", "c", None)]
 
 
+def test_a_forged_pick_header_cannot_shift_the_fields_envoy_writes() -> None:
+    f, rec, released = feed()
+    f.apply(entry(200, pick="0.1 503 UF 127.0.0.1:9001"))
+    assert released == [("0.1 503 UF 127.0.0.1:9001", 200)] and rec.calls == [("success", "a", None)]
+
+
+def test_the_line_envoy_is_told_to_write_is_the_one_read() -> None:
+    body = access_logger(cluster="c", flush_ms=50, picks=True)["typed_config"]["body"]["string_value"]
+    assert body == LINE_FORMAT.format(pick="%REQ(x-fleetgate-pick)%")
+    assert access_logger(cluster="c", flush_ms=50)["typed_config"]["body"]["string_value"].endswith(" -")
+
+
 @pytest.mark.parametrize("presented", [None, "wrong"])
-async def test_a_log_stream_without_envoys_token_is_refused(presented: str | None) -> None:
+async def test_a_log_batch_without_envoys_token_is_refused(presented: str | None) -> None:
     token = "envoy-token"
-    f, rec, _ = feed()
+    f, rec, released = feed()
     service = AccessLogService(f, EnvoyToken([hashlib.sha256(token.encode()).hexdigest()]))
     server = ExtProcServer(cast(Any, PickerStub()), access_log=service)
     port = await server.start("127.0.0.1", 0)
-    msg = als_pb2.StreamAccessLogsMessage()
-    msg.http_logs.log_entry.append(entry(500))
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
-            stub = als_pb2_grpc.AccessLogServiceStub(ch)
-
-            async def messages() -> Any:
-                yield msg
-
+            stub = logs_service_pb2_grpc.LogsServiceStub(ch)
             md = None if presented is None else (("x-fleetgate-envoy-token", presented),)
             with pytest.raises(grpc.aio.AioRpcError) as refused:
-                await stub.StreamAccessLogs(messages(), metadata=md)
+                await stub.Export(batch(entry(500)), metadata=md)
             assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
             assert rec.calls == []
-            await stub.StreamAccessLogs(messages(), metadata=(("x-fleetgate-envoy-token", token),))
-            assert rec.calls == [("failure", "a", False)]
+            # an odd record is skipped, not the batch
+            lines = batch(entry(500), "garbage", entry(200, pick="1.2"))
+            await stub.Export(lines, metadata=(("x-fleetgate-envoy-token", token),))
+            assert rec.calls == [("failure", "a", False), ("success", "a", None)]
+            assert released == [("1.2", 200)]
     finally:
         await server.stop(0)

@@ -3,8 +3,11 @@
 The ext_authz filter asks for a pod and then forgets the picker: no message reaches the picker when
 the request ends. The pod's in-flight slot is therefore held here under a pick id that travels with
 the request (`x-fleetgate-pick`, set by the check's answer) and comes back in Envoy's gRPC access
-log, which releases it. An id names its owner (`<worker>.<seq>`), because the access log stream
-lands on any serving process while only the one that picked holds the slot. A pick whose log entry
+log, which releases it. An id names its owner (`<worker>.<seq>.<nonce>`), because the access log
+stream lands on any serving process while only the one that picked holds the slot. The nonce (64
+random bits) makes ids unguessable: a request Envoy answers itself (a denied check, the unchecked
+`/v1/models` route) is logged with the client's own `x-fleetgate-pick`, which would otherwise
+release another request's slot by naming its sequence number. A pick whose log entry
 never arrives (Envoy restarted, the log stream broke) expires after `ttl_s`; the pod's scraped
 running count still carries such a request's load.
 """
@@ -12,8 +15,9 @@ running count still carries such a request's load.
 from __future__ import annotations
 
 import itertools
+import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from cluster_gateway.extproc.access_log import PICK_HEADER
@@ -21,6 +25,9 @@ from cluster_gateway.pool import PodState
 from cluster_gateway.request_path.dispatch import Pick
 
 __all__ = ["PICK_HEADER", "OpenPick", "PickLedger", "owner"]
+
+NONCE_BYTES = 8
+NONCE_CHARS = 2 * NONCE_BYTES
 
 
 @dataclass(slots=True)
@@ -32,8 +39,9 @@ class OpenPick:
 
 def owner(pick_id: str) -> int | None:
     """The serving process that holds this pick's slot; None for an id this gateway never issued."""
-    head, dot, seq = pick_id.partition(".")
-    if not dot or not head.isdigit() or not seq.isdigit():
+    head, _, rest = pick_id.partition(".")
+    seq, _, nonce = rest.partition(".")
+    if not head.isdigit() or not seq.isdigit() or len(nonce) != NONCE_CHARS:
         return None
     return int(head)
 
@@ -51,8 +59,12 @@ class PickLedger:
     def __len__(self) -> int:
         return len(self._open)
 
+    def __iter__(self) -> Iterator[str]:
+        """The open pick ids, oldest first."""
+        return iter(self._open)
+
     def open(self, pick: Pick, pod: PodState) -> str:
-        pick_id = f"{self.worker}.{next(self._seq)}"
+        pick_id = f"{self.worker}.{next(self._seq)}.{secrets.token_hex(NONCE_BYTES)}"
         self._open[pick_id] = OpenPick(pick, pod, self._clock())
         return pick_id
 

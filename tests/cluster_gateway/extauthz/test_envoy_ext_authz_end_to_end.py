@@ -25,6 +25,7 @@ from cluster_gateway.gateway import ClusterGateway
 from modelsim.fleet import PodSpec, SimFleet
 from tests.cluster_gateway.extproc.test_envoy_end_to_end import chat, envoy_process, picked_ok, until_released
 from tests.cluster_gateway.integration.conftest import gateway_spec, served_requests, wait_ready
+from tests.eventually import eventually
 
 pytestmark = pytest.mark.envoy
 
@@ -104,6 +105,34 @@ async def test_a_stream_holds_its_pod_until_the_access_log_reports_its_end(tmp_p
                 if line.startswith("data: "):
                     seen.append(pod.inflight)
         assert len(seen) >= 20 and seen[-2] == 1  # counted while tokens flow
+        await until_released(gw)
+
+
+async def test_a_denied_request_naming_an_open_pick_releases_nothing(tmp_path: Path) -> None:
+    """Envoy logs a request it answers itself (a denied check) with the client's own
+    `x-fleetgate-pick`. Naming an open pick by its worker and sequence number, the one part of an id
+    a client could guess, must not release that pick's slot."""
+    async with stack([PodSpec(profile="tiny", time_scale=4.0)], tmp_path) as (fleet, gw, envoy):
+        pod = gw.pool.get(fleet.urls[0])
+        assert pod is not None and gw.data.check is not None
+        ledger = gw.data.check.ledger
+        async with envoy.stream(
+            "POST", "/v1/chat/completions", json=chat("s", max_tokens=400, stream=True)
+        ) as r:
+            assert r.status_code == 200
+            (held,) = list(ledger)
+            guess = held.rsplit(".", 1)[0]
+            for forged in (guess, f"{guess}.{'0' * 16}"):
+                denied = await envoy.post(
+                    "/v1/chat/completions",
+                    json=chat("x") | {"model": "nope"},
+                    headers={"x-fleetgate-pick": forged},
+                )
+                assert denied.status_code == 404
+            # one Envoy worker logs in order: once this request's end is applied, so are the denials'
+            assert (await envoy.post("/v1/chat/completions", json=chat("marker"))).status_code == 200
+            await eventually(lambda: list(ledger) == [held], within=4.0, what="the marker's pick released")
+            assert pod.inflight == 1  # the stream still holds its slot
         await until_released(gw)
 
 

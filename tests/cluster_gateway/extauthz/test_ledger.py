@@ -25,8 +25,33 @@ def test_ids_name_their_owner_and_foreign_ids_have_none() -> None:
     ledger = PickLedger(3, ttl_s=10)
     a, b = ledger.open(fake("p"), fake("pod")), ledger.open(fake("q"), fake("pod"))
     assert a != b and owner(a) == owner(b) == 3
-    for forged in ("", "x", "3", "3.", ".1", "a.1", "1.b", "-1.2"):
+    for forged in (
+        "",
+        "x",
+        "3",
+        "3.",
+        ".1",
+        "a.1",
+        "1.b",
+        "-1.2",
+        "3.1",
+        "3.1.",
+        "3.1.abc",
+        "3.x.0123456789abcdef",
+    ):
         assert owner(forged) is None, forged
+
+
+def test_a_guessed_sequence_number_releases_nothing() -> None:
+    """Envoy logs a denied request with the client's own `x-fleetgate-pick`: naming an open pick's
+    worker and sequence number must not close it."""
+    ledger = PickLedger(0, ttl_s=10)
+    real = ledger.open(fake("p"), fake("pod"))
+    worker, seq, nonce = real.split(".")
+    assert owner(real) == 0 and len(nonce) == 16
+    for guess in (f"{worker}.{seq}", f"{worker}.{seq}.{'0' * 16}", f"{worker}.{seq}.{nonce[::-1]}"):
+        assert ledger.close(guess) is None
+    assert len(ledger) == 1 and ledger.close(real) is not None
 
 
 def test_close_returns_the_pick_once() -> None:

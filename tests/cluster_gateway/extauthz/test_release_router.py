@@ -8,15 +8,20 @@ from cluster_gateway.workers.feed import Snapshot, WorkerReport
 from cluster_gateway.workers.publisher import PoolPublisher
 
 
+def pick_id(worker: int, seq: int) -> str:
+    return f"{worker}.{seq}.{'ab' * 8}"  # the ledger's form: worker, sequence number, nonce
+
+
 def test_own_picks_are_released_here_and_others_wait_in_the_outbox() -> None:
     done: list[tuple[str, int]] = []
     router = ReleaseRouter(2, lambda pid, status: done.append((pid, status)) or True)
-    router.route("2.7", 200)
-    router.route("0.1", 503)
-    router.route("5.3", 0)
+    router.route(pick_id(2, 7), 200)
+    router.route(pick_id(0, 1), 503)
+    router.route(pick_id(5, 3), 0)
     router.route("forged", 200)
-    assert done == [("2.7", 200)]
-    assert router.drain() == [("0.1", 503), ("5.3", 0)] and router.drain() == []
+    router.route("2.7", 200)  # no nonce: never issued by a ledger
+    assert done == [(pick_id(2, 7), 200)]
+    assert router.drain() == [(pick_id(0, 1), 503), (pick_id(5, 3), 0)] and router.drain() == []
 
 
 class _Writer:

@@ -28,6 +28,7 @@ from cluster_gateway.workers.process import WorkerSupervisor
 from cluster_gateway.workers.publisher import PoolPublisher
 from common.asgi import listen_socket
 from common.config.gateway import GatewaySpec
+from common.settle import settle
 
 log = logging.getLogger("fleetgate.gateway")
 
@@ -224,18 +225,20 @@ class ClusterGateway:
         if self._serving:
             self._serving = False
             stops.append(self.data.stop(drain=drain))
-        await asyncio.gather(*stops)
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with suppress(asyncio.CancelledError):
-                await task
-        self._tasks.clear()
-        if self.publisher is not None:
-            await self.publisher.stop()
-        if self._feed_dir is not None:
-            self._feed_dir.cleanup()
-            self._feed_dir = None
+        try:
+            await settle(*stops)  # a failed stop must not skip the control plane's below
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            for task in self._tasks:
+                with suppress(asyncio.CancelledError):
+                    await task
+            self._tasks.clear()
+            if self.publisher is not None:
+                await self.publisher.stop()
+            if self._feed_dir is not None:
+                self._feed_dir.cleanup()
+                self._feed_dir = None
 
     async def __aenter__(self) -> ClusterGateway:
         await self.start()

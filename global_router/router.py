@@ -22,6 +22,7 @@ from common.config.loader import ConfigError
 from common.config.router import CapacityServer as CapacityServerConfig
 from common.config.router import GlobalRouterConfig
 from common.control_thread import ControlThread
+from common.settle import settle
 from common.upstream import UpstreamPools
 from global_router.app import RouterServices, build_app
 from global_router.capacity_server import CapacityServer
@@ -280,15 +281,17 @@ class GlobalRouter:
         if self._server is not None:
             stops.append(self._server.stop(log, self.cfg.server.drain_timeout_s if drain else None))
             self._server = None
-        await asyncio.gather(*stops)
-        await self._stop_capacity()
-        await self.limiter.stop()
-        await self.fleet.stop()
-        if self._upstreams is not None:
-            self._upstreams.close()
-            self._upstreams = None
-        if self.redis is not None:
-            await self.redis.aclose()
+        try:
+            await settle(*stops)  # a failed stop must not skip the control plane's below
+        finally:
+            await self._stop_capacity()
+            await self.limiter.stop()
+            await self.fleet.stop()
+            if self._upstreams is not None:
+                self._upstreams.close()
+                self._upstreams = None
+            if self.redis is not None:
+                await self.redis.aclose()
 
     async def __aenter__(self) -> GlobalRouter:
         await self.start()

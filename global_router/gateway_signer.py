@@ -10,7 +10,6 @@ sent as a token. Secrets are read once at start and never logged. A cluster with
 from __future__ import annotations
 
 import logging
-import secrets
 import time
 from collections.abc import Callable, Sequence
 
@@ -23,6 +22,7 @@ from common.gateway_auth import (
     load_secrets,
     signature,
 )
+from common.nonces import Nonces
 
 log = logging.getLogger("fleetgate.router.gateway_auth")
 
@@ -36,6 +36,7 @@ class GatewaySigner:
     ) -> None:
         self._creds = credentials  # cluster id -> (mode, current secret)
         self._clock = clock
+        self._nonce = Nonces(16)
 
     @classmethod
     def from_agents(
@@ -71,7 +72,7 @@ class GatewaySigner:
         if mode == "bearer":
             return {**headers, TOKEN_HEADER: secret.decode("utf-8")}
         ts = str(int(self._clock()))
-        nonce = secrets.token_hex(16)
+        nonce = self._nonce()
         return {
             **headers,
             TIMESTAMP_HEADER: ts,

@@ -25,6 +25,7 @@ from cluster_gateway.auth.replay import ReplayCache
 from common.config.gateway import GatewayAuth
 from common.errors import OpenAIError
 from common.gateway_auth import (
+    AUTH_HEADERS,
     NONCE_HEADER,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
@@ -58,11 +59,17 @@ def _bearer(authorization: str | None) -> str | None:
     return token if scheme.lower() == "bearer" and token else None
 
 
-def decode_asgi_headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
-    """Lower-case names; the first value of a repeated header (a credential is never a list)."""
+_CREDENTIALS = frozenset(name.encode() for name in ("authorization", *AUTH_HEADERS))
+
+
+def credential_headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """The headers `verify` reads, lower-case names, the first value of a repeated one (a credential
+    is never a list). Only those are decoded: the proxy has decoded all of them once already."""
     out: dict[str, str] = {}
     for k, v in raw:
-        out.setdefault(k.decode("latin-1").lower(), v.decode("latin-1"))
+        name = k.lower()
+        if name in _CREDENTIALS:
+            out.setdefault(name.decode("latin-1"), v.decode("latin-1"))
     return out
 
 
@@ -91,7 +98,7 @@ class GatewayAuthenticator:
     ) -> None:
         """The embedded proxy's entry point (ASGI header pairs)."""
         if self.required:
-            self.verify(method, path, decode_asgi_headers(raw_headers), body)
+            self.verify(method, path, credential_headers(raw_headers), body)
 
     def verify(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> None:
         """Headers: lower-case names. Raises OpenAIError(401) when no credential is accepted."""

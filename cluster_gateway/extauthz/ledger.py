@@ -15,7 +15,6 @@ running count still carries such a request's load.
 from __future__ import annotations
 
 import itertools
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,12 +22,12 @@ from dataclasses import dataclass
 from cluster_gateway.extproc.access_log import PICK_HEADER
 from cluster_gateway.pool import PodState
 from cluster_gateway.request_path.dispatch import Pick
+from common.nonces import Nonces
 
 __all__ = ["PICK_HEADER", "OpenPick", "PickLedger", "owner"]
 
 NONCE_BYTES = 8
 NONCE_CHARS = 2 * NONCE_BYTES
-NONCE_BATCH = 256
 
 
 @dataclass(slots=True)
@@ -56,7 +55,7 @@ class PickLedger:
         self._clock = clock
         self._seq = itertools.count(1)
         self._open: dict[str, OpenPick] = {}
-        self._nonces: Iterator[str] = iter(())
+        self._nonce = Nonces(NONCE_BYTES)
 
     def __len__(self) -> int:
         return len(self._open)
@@ -69,15 +68,6 @@ class PickLedger:
         pick_id = f"{self.worker}.{next(self._seq)}.{self._nonce()}"
         self._open[pick_id] = OpenPick(pick, pod, self._clock())
         return pick_id
-
-    def _nonce(self) -> str:
-        """From the OS's random source, drawn NONCE_BATCH at a time: one `getrandom` call per id
-        was 3% of a gateway process's samples under load (py-spy)."""
-        for nonce in self._nonces:
-            return nonce
-        raw = os.urandom(NONCE_BYTES * NONCE_BATCH).hex()
-        self._nonces = (raw[i : i + NONCE_CHARS] for i in range(NONCE_CHARS, len(raw), NONCE_CHARS))
-        return raw[:NONCE_CHARS]
 
     def close(self, pick_id: str) -> OpenPick | None:
         """The pick's request ended; None when it is unknown here or already closed (expired)."""

@@ -83,6 +83,7 @@ def write_gateway_config(
     *,
     scrape_interval_ms: int = 50,
     report_interval_ms: int = 250,
+    hmac_secret: Path | None = None,
 ) -> Path:
     """A cluster gateway spec over static pod URLs whose capacity agent reports to the router's gRPC
     port with token `tok-<cid>` (the token `router_config` lists for it); returns the YAML's path.
@@ -100,6 +101,8 @@ def write_gateway_config(
         },
         "capacity": {"costPerGpuHour": cost, "capacityType": capacity_type},
     }
+    if hmac_secret is not None:  # the router signs each request; the gateway verifies (docs/security.md)
+        spec["auth"] = {"mode": "hmac", "secretFile": str(hmac_secret)}
     path = tmp / f"{cid}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
@@ -112,6 +115,7 @@ def router_config(
     selection: dict[str, Any] | None = None,
     report_interval_ms: int = 250,
     stale_after_s: float = 1.5,
+    hmac_secrets: dict[str, Path] | None = None,
 ) -> dict[str, Any]:
     """The router config (camelCase) accepting an agent per cluster id; default one tenant, API_KEY."""
     cfg: dict[str, Any] = {
@@ -125,6 +129,11 @@ def router_config(
                     "tokenSha256": hash_key(f"tok-{c}"),
                     "gatewayHosts": ["127.0.0.1"],
                     "allowLoopback": True,
+                    **(
+                        {"gatewayAuth": {"mode": "hmac", "secretFile": str(hmac_secrets[c])}}
+                        if hmac_secrets and c in hmac_secrets
+                        else {}
+                    ),
                 }
                 for c in cluster_ids
             ],

@@ -260,18 +260,31 @@ def envoy(
 
 def global_router(launch: Launcher, backend: str, workers: int | None = None) -> Front:
     """The router (its default: one serving process without Redis) in front of one gateway
-    (`workers`: its serving processes, default one per core)."""
+    (`workers`: its serving processes, default one per core). The router signs every request and
+    the gateway verifies it (HMAC, as `make demo` and docs/security.md configure them): an open
+    gateway would let anyone skip the router's keys and limits, so no deployment runs one."""
     grpc_port = procs.free_port()
     cfg = launch.workdir / "router.yaml"
+    secret = launch.workdir / "bench.gateway-secret"
+    secret.write_text(secrets.token_hex(32))
     # the production cadence (report every 1 s, stale after 3 s), not global_bench's fast failover one
-    cfg.write_text(yaml.safe_dump(router_config(["bench"], report_interval_ms=1000, stale_after_s=3.0)))
+    routing = router_config(
+        ["bench"], report_interval_ms=1000, stale_after_s=3.0, hmac_secrets={"bench": secret}
+    )
+    cfg.write_text(yaml.safe_dump(routing))
     router, r_log = launch.start(
         "global-router",
         _fleetgate("global-router", "--config", str(cfg), "--port", "0", "--grpc-port", str(grpc_port)),
     )
     url = wait_log(router, r_log, r"global router listening on (http://[^\s\"]+)")
     gw_cfg = write_gateway_config(
-        launch.workdir, "bench", [backend], grpc_port, scrape_interval_ms=100, report_interval_ms=1000
+        launch.workdir,
+        "bench",
+        [backend],
+        grpc_port,
+        scrape_interval_ms=100,
+        report_interval_ms=1000,
+        hmac_secret=secret,
     )
     gw, gw_log = launch.start(
         "global-gateway", _fleetgate("gateway", "--config", str(gw_cfg), "--port", "0", *_workers(workers))

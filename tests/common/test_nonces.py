@@ -15,3 +15,20 @@ def test_nonces_differ_across_batches_and_have_the_asked_size() -> None:
 def test_separate_sources_do_not_share_a_batch() -> None:
     a, b = Nonces(16), Nonces(16)
     assert {a() for _ in range(10)}.isdisjoint({b() for _ in range(10)})
+
+
+def test_a_forked_child_does_not_hand_out_its_parents_nonces() -> None:
+    import os
+
+    make = Nonces(8)
+    make()  # the parent has drawn a batch
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its next nonce and leave at once
+        os.write(write, make().encode())
+        os._exit(0)
+    os.close(write)
+    child = os.read(read, 64).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert len(child) == 16 and child != make()

@@ -3,10 +3,15 @@
 `fleetgate bench throughput` reports a row's whole process tree; a trim of one tier shows better
 per process, and in alternating runs of two checkouts (the machine's noise is larger than most
 trims). Each run starts the static backend and the row exactly as the throughput bench does, then
-either drives wrk at concurrency 64 (`--mode wrk`) or rounds of concurrent 50-chunk streams
-(`--mode streams`), reading each process's CPU from /proc around the measured window.
+either drives wrk at concurrency 64 (`--mode wrk`), rounds of concurrent 50-chunk streams
+(`--mode streams`), or requests at a fixed low rate (`--mode paced`, the throughput bench's added-
+latency column: what one request costs when it arrives alone), reading each process's CPU from
+/proc around the measured window. `--mode paced` first reads each process's idle CPU over the same
+window (background work: pool feed ticks, scrapes) and reports CPU per request above it, with the
+added p50/p99 of the same run; the peers' rows work in this mode too, for comparison.
 
     python -m bench.row_cpu global --mode wrk --seconds 8
+    python -m bench.row_cpu embedded --mode paced --rate 20 --seconds 20
     # A/B: run it from two checkouts in turn, e.g. with a worktree of the older commit:
     git worktree add /tmp/before <rev>
     for i in 1 2 3; do (cd /tmp/before && PYTHONPATH=. python -m bench.row_cpu global); \
@@ -20,11 +25,12 @@ import asyncio
 import json
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from bench import procstat, rawclient, throughput_fronts, wrk
-from bench.throughput import LOCAL, ROWS, chat_body, start_front
+from bench.throughput import LOCAL, ROWS, added, chat_body, start_front
 
 CHUNKS = 50
 
@@ -44,7 +50,46 @@ def _processes(roots: list[int]) -> dict[int, str]:
     return names
 
 
-def measure(key: str, mode: str, seconds: float, streams: int, rounds: int) -> dict[str, object]:
+def above_idle(idle_cpu_s: float, idle_s: float, busy_cpu_s: float, busy_s: float) -> float:
+    """CPU seconds a busy window spent beyond the process's idle rate (its background work: pool
+    feed ticks, scrapes), which at a low request rate is as large as the requests' own share."""
+    return busy_cpu_s - idle_cpu_s * busy_s / idle_s if idle_s > 0 else busy_cpu_s
+
+
+def _cpu(names: dict[int, str]) -> dict[int, float]:
+    return {p: procstat.cpu_seconds({p}) for p in names}
+
+
+def _paced(
+    names: dict[int, str], port: int, direct_port: int, headers: dict[str, str], rate: float, seconds: float
+) -> tuple[dict[int, float], int, dict[str, object]]:
+    """Each process's CPU above its idle rate while the row serves `rate` requests/s (interleaved
+    with as many sent to the backend directly, as the throughput bench does), and the added latency."""
+    path = "/v1/chat/completions"
+    raw = rawclient.build_request(LOCAL, port, path, chat_body(), headers)
+    raw_direct = rawclient.build_request(LOCAL, direct_port, path, chat_body())
+    targets = [(LOCAL, port, raw), (LOCAL, direct_port, raw_direct)]
+    asyncio.run(rawclient.paced_alternating(targets, rate, 2.0, timeout_s=10.0))  # warm
+    t0, before = time.monotonic(), _cpu(names)
+    time.sleep(seconds)
+    idle_s, idle = time.monotonic() - t0, _cpu(names)
+    t1 = time.monotonic()
+    run = asyncio.run(rawclient.paced_alternating(targets, rate, seconds, timeout_s=10.0, warm=0))
+    busy_s, after = time.monotonic() - t1, _cpu(names)
+    spent = {p: above_idle(idle[p] - before[p], idle_s, after[p] - idle[p], busy_s) for p in names}
+    p50, p99 = added(run.latencies_s[0], run.latencies_s[1])
+    extra: dict[str, object] = {
+        "rate": rate,
+        "errors": sum(run.errors[0].values()),
+        "added_p50_p99_ms": [round(p50, 2), round(p99, 2)],
+        "idle_cpu_pct": {names[p]: round((idle[p] - before[p]) / idle_s * 100, 2) for p in names},
+    }
+    return spent, len(run.latencies_s[0]) + sum(run.errors[0].values()), extra
+
+
+def measure(
+    key: str, mode: str, seconds: float, streams: int, rounds: int, rate: float = 20.0
+) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="fleetgate-row-cpu-") as tmp:
         workdir = Path(tmp)
         backend = throughput_fronts.Launcher(workdir)
@@ -66,7 +111,12 @@ def measure(key: str, mode: str, seconds: float, streams: int, rounds: int) -> d
             front = start_front(key, row, direct.url, 2)
             names = _processes(front.pids)
             path = "/v1/chat/completions"
-            if mode == "wrk":
+            extra: dict[str, object]
+            if mode == "paced":
+                spent, units, extra = _paced(names, front.port, int(port), front.headers, rate, seconds)
+                before = dict.fromkeys(names, 0.0)
+                after = spent
+            elif mode == "wrk":
                 script = workdir / "post.lua"
                 script.write_text(wrk.lua_script(chat_body(), front.headers))
                 wrk.run(front.url + path, script, 64, 3)  # warm
@@ -74,12 +124,13 @@ def measure(key: str, mode: str, seconds: float, streams: int, rounds: int) -> d
                 res = wrk.run(front.url + path, script, 64, seconds)
                 after = {p: procstat.cpu_seconds({p}) for p in names}
                 units = res.requests
-                extra: dict[str, object] = {"rps": round(res.ok_rps), "errors": res.errors}
+                extra = {"rps": round(res.ok_rps), "errors": res.errors}
             else:
                 raw = rawclient.build_request(
                     LOCAL, front.port, path, chat_body(True, max_tokens=CHUNKS), front.headers
                 )
                 asyncio.run(rawclient.concurrent_streams(LOCAL, front.port, raw, 100, CHUNKS, 30))  # warm
+                calls_before = {p: procstat.io_calls(p) for p in names}
                 before = {p: procstat.cpu_seconds({p}) for p in names}
                 ttfb: list[float] = []
                 errors = 0
@@ -90,31 +141,41 @@ def measure(key: str, mode: str, seconds: float, streams: int, rounds: int) -> d
                     ttfb += sr.ttfb_s
                     errors += sum(sr.errors.values())
                 after = {p: procstat.cpu_seconds({p}) for p in names}
+                calls = {p: procstat.io_calls(p) for p in names}
                 ttfb.sort()
                 units = streams * rounds
                 extra = {
                     "errors": errors,
                     "ttfb_p99_ms": round(ttfb[int(len(ttfb) * 0.99)] * 1000) if ttfb else None,
+                    # reads and writes per stream of CHUNKS chunks: fewer reads than chunks when
+                    # the relay lags and chunks queue up (the per-stream CPU then falls with load)
+                    "reads_writes_per_stream": [
+                        round(sum(calls[p][i] - calls_before[p][i] for p in names) / units, 1)
+                        for i in (0, 1)
+                    ],
                 }
         finally:
             row.close()
             backend.close()
     per = {names[p]: round((after[p] - before[p]) / max(1, units) * 1000, 3) for p in names}
-    unit = "ms_per_request" if mode == "wrk" else "ms_per_stream"
+    unit = "ms_per_stream" if mode == "streams" else "ms_per_request"
     return {"row": key, "mode": mode, **extra, unit: per, "total": round(sum(per.values()), 3)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.row_cpu", description=__doc__.splitlines()[0])
-    ap.add_argument("row", choices=[r for r in ROWS if r not in ("direct", "sglang", "vllm", "litellm")])
-    ap.add_argument("--mode", choices=("wrk", "streams"), default="wrk")
-    ap.add_argument("--seconds", type=float, default=8.0, help="wrk window at c64")
+    ap.add_argument("row", choices=[r for r in ROWS if r != "direct"])
+    ap.add_argument("--mode", choices=("wrk", "streams", "paced"), default="wrk")
+    ap.add_argument(
+        "--seconds", type=float, default=8.0, help="wrk window at c64; paced: idle and busy windows"
+    )
+    ap.add_argument("--rate", type=float, default=20.0, help="paced: requests/s to the row")
     ap.add_argument("--streams", type=int, default=1000, help="concurrent streams per round")
     ap.add_argument("--rounds", type=int, default=2, help="rounds of streams")
     args = ap.parse_args(argv)
     wrk.ensure_installed()
     rawclient.raise_nofile()
-    print(json.dumps(measure(args.row, args.mode, args.seconds, args.streams, args.rounds)))
+    print(json.dumps(measure(args.row, args.mode, args.seconds, args.streams, args.rounds, args.rate)))
     return 0
 
 

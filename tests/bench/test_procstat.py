@@ -32,3 +32,19 @@ def test_gone_processes_count_zero() -> None:
     p.wait()
     assert procstat.cpu_seconds([p.pid]) == 0.0 and procstat.rss_mb([p.pid]) == 0.0
     assert procstat.CpuMeter([]).stop() == 0.0
+    assert procstat.io_calls(p.pid) == (0, 0)
+
+
+def test_read_and_write_calls_are_counted_per_call_not_per_byte() -> None:
+    r, w = os.pipe()
+    try:
+        reads, writes = procstat.io_calls(os.getpid())
+        for _ in range(3):
+            os.write(w, b"x" * 10)
+        assert os.read(r, 100) == b"x" * 30  # three writes queued, one read takes them all
+        after_reads, after_writes = procstat.io_calls(os.getpid())
+        assert after_writes - writes >= 3
+        assert after_reads - reads >= 1
+    finally:
+        os.close(r)
+        os.close(w)

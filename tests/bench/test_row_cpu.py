@@ -1,4 +1,5 @@
-"""`bench.row_cpu` names each process of a row by what it runs, so an A/B reads per tier."""
+"""`bench.row_cpu` names each process of a row by what it runs, so an A/B reads per tier, and its
+paced mode counts only the CPU a window spent beyond the process's idle rate."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import os
 import subprocess
 import sys
 
-from bench.row_cpu import _processes
+import pytest
+
+from bench.row_cpu import _processes, above_idle
 
 
 def test_each_process_of_the_row_is_named_by_its_module_and_pid() -> None:
@@ -18,3 +21,10 @@ def test_each_process_of_the_row_is_named_by_its_module_and_pid() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_paced_cpu_is_what_the_busy_window_spent_beyond_the_idle_rate() -> None:
+    # idle: 0.2 s of CPU in 10 s (2% of a core); busy: 0.5 s in 20 s, of which 0.4 s is background
+    assert above_idle(0.2, 10.0, 0.5, 20.0) == pytest.approx(0.1)
+    assert above_idle(0.0, 10.0, 0.3, 5.0) == pytest.approx(0.3)  # no background: all of it
+    assert above_idle(0.2, 0.0, 0.3, 5.0) == pytest.approx(0.3)  # no idle window: nothing to take off

@@ -150,8 +150,7 @@ def measure(
                     # reads and writes per stream of CHUNKS chunks: fewer reads than chunks when
                     # the relay lags and chunks queue up (the per-stream CPU then falls with load)
                     "reads_writes_per_stream": [
-                        round(sum(calls[p][i] - calls_before[p][i] for p in names) / units, 1)
-                        for i in (0, 1)
+                        round(sum(calls[p][i] - calls_before[p][i] for p in names) / units, 1) for i in (0, 1)
                     ],
                 }
         finally:

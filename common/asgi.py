@@ -19,6 +19,7 @@ from typing import Any
 import uvicorn
 
 from common.config.server import HttpServer
+from common.disconnect_hook import DisconnectHook
 from common.errors import body_too_large, internal_error
 from common.fast_route import Handler, fast_route_protocol
 from common.http import Message, Receive, Scope, Send, send_error
@@ -188,32 +189,41 @@ async def run_until_disconnect(
     work: Coroutine[Any, Any, None],
     receive: Receive,
     finished: Callable[[], bool] = lambda: False,
+    hook: DisconnectHook | None = None,
 ) -> bool:
-    """Run `work` while watching `receive` for `http.disconnect`; True when the client left first.
+    """Run `work` while watching for the client leaving; True when the client left first.
 
     A departure cancels the work (so the upstream request and its slot are released at once) unless
     `finished()` says the response is already complete, in which case the work may end normally.
     The work's own exception propagates, including one raised while it is being cancelled; a
     watcher that fails counts as a departure. Cancelling the caller cancels both.
 
-    The work runs in the caller's task and only the watcher is a task of its own: one task and no
-    `asyncio.wait` per request (this runs on every proxied request of both tiers).
+    The work runs in the caller's task. The departure comes from the server's `hook`
+    (`common/disconnect_hook.py`: no task at all) when it has one, else from a watcher task
+    blocked in `receive` until `http.disconnect` (this runs on every proxied request of both tiers).
     """
     me = asyncio.current_task()
     assert me is not None
     left = False
 
-    def on_watch_done(t: asyncio.Task[None]) -> None:
+    def on_leave() -> None:
         nonlocal left
-        if t.cancelled():
-            return
-        t.exception()  # retrieved: a failed watcher is a departure, not an unlogged error
         if not finished():
             left = True
             me.cancel()
 
-    watch_task = asyncio.ensure_future(_disconnected(receive))
-    watch_task.add_done_callback(on_watch_done)
+    def on_watch_done(t: asyncio.Task[None]) -> None:
+        if t.cancelled():
+            return
+        t.exception()  # retrieved: a failed watcher is a departure, not an unlogged error
+        on_leave()
+
+    watch_task: asyncio.Task[None] | None = None
+    if hook is not None:
+        hook.watch(on_leave)
+    else:
+        watch_task = asyncio.ensure_future(_disconnected(receive))
+        watch_task.add_done_callback(on_watch_done)
     try:
         await work
     except asyncio.CancelledError:
@@ -222,9 +232,13 @@ async def run_until_disconnect(
         me.uncancel()
         return True
     finally:
-        watch_task.remove_done_callback(on_watch_done)
-        watch_task.cancel()
-    if left:  # the watcher fired as the work was ending: the cancel is still pending
+        if watch_task is None:
+            assert hook is not None
+            hook.unwatch()
+        else:
+            watch_task.remove_done_callback(on_watch_done)
+            watch_task.cancel()
+    if left:  # the departure came as the work was ending: the cancel is still pending
         me.uncancel()
         return True
     return False

@@ -11,7 +11,8 @@ concurrency limit in text/plain. This protocol adds, per connection:
   closed at once, so a flood of sockets cannot exhaust file descriptors or memory;
 - OpenAI-format JSON for the parse errors uvicorn itself answers (400);
 - a `DirectBody` in each request's scope, through which a streamed body is written without an ASGI
-  message per chunk (`response_stream.py`);
+  message per chunk (`response_stream.py`), and a `DisconnectHook` fired when the client leaves
+  mid-request (`disconnect_hook.py`);
 - a response's head written together with its first body bytes, and an interim `100 Continue` left
   out when the final head follows within `CONTINUE_DELAY_S` of a request that came whole
   (`HeadWithBody`).
@@ -31,6 +32,7 @@ from typing import Any
 import msgspec
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from common.disconnect_hook import DISCONNECT_HOOK, DisconnectHook, disconnect_hook
 from common.errors import error_body
 from common.response_stream import DIRECT_BODY, DirectBody
 
@@ -194,11 +196,20 @@ def guarded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
                 cycle.transport = HeadWithBody(  # type: ignore[assignment]
                     self.transport, self.loop, lambda: (c := ref()) is not None and not c.more_body
                 )
-                self.scope.setdefault("extensions", {})[DIRECT_BODY] = {"writer": DirectBody(cycle)}
+                ext: dict[str, Any] = self.scope.setdefault("extensions", {})
+                ext[DIRECT_BODY] = {"writer": DirectBody(cycle)}
+                ext[DISCONNECT_HOOK] = DisconnectHook()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
             super().connection_lost(exc)
+            # what uvicorn's receive() would report as http.disconnect: the current request, and
+            # any waiting in the pipeline, lost their client
+            for cycle in (self.cycle, *(c for c, _ in self.pipeline)):
+                if cycle is not None and not cycle.response_complete:
+                    hook = disconnect_hook(cycle.scope)
+                    if hook is not None:
+                        hook.fire()
 
         def send_400_response(self, msg: str) -> None:
             self.transport.write(_json_response(400, b"Bad Request", msg, "invalid_http_request"))

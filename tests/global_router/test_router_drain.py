@@ -22,13 +22,19 @@ STREAM = {
 }
 
 
+DROPPED = -1  # a probe whose connection was closed or reset unanswered
+
+
 async def _probe(url: str) -> int | None:
-    """`/ready` on a new connection: its status, or None when the connection is refused."""
+    """`/ready` on a new connection: its status, None when the connection is refused, `DROPPED`
+    when the kernel queued it just as the listener closed and it was dropped unanswered."""
     try:
         async with httpx.AsyncClient(timeout=5) as c:
             r = await c.get(f"{url}/ready")
     except httpx.ConnectError:
         return None
+    except (httpx.RemoteProtocolError, httpx.ReadError):
+        return DROPPED
     if r.status_code == 503:
         assert r.json()["error"]["code"] == "router_draining", r.text
     return r.status_code
@@ -53,7 +59,10 @@ async def test_drain_leaves_rotation_then_stops_accepting_and_the_stream_in_flig
                 seen.append(status)
                 assert time.monotonic() < deadline, f"still accepting after 10 s: {seen[-5:]}"
                 await asyncio.sleep(0.02)
-            assert 503 in seen and seen[seen.index(503) :] == [503] * (len(seen) - seen.index(503)), seen
+            # 200s, then 503s for the notice, then (at the switch, at most) connections dropped unanswered
+            assert 503 in seen, seen
+            after = seen[seen.index(503) :]
+            assert set(after) <= {503, DROPPED} and DROPPED not in seen[: seen.index(503)], seen
             assert not drain.done(), "the drain ended before the stream in flight did"
             rest = [line async for line in lines if line]
         assert rest[-1] == "data: [DONE]" and not any('"error"' in line for line in rest), rest[-3:]

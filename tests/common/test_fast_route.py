@@ -9,41 +9,19 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
-
-import pytest
-import uvloop
 
 from common.asgi import EmbeddedServer, listen_socket, server_config
 from common.config.server import HttpServer
 from common.fast_route import Answer
 from common.http import RawHeaders, Receive, Scope, Send, send_body
+from tests.both_loops import on_both_loops
 
 PREFIX = "/_fast"
 MAX_BODY = 1000
 WAIT_S = 10.0  # the bound on every wait below: a condition, not a pause
 log = logging.getLogger("test")
-
-
-LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
-    "asyncio": asyncio.new_event_loop,
-    "uvloop": uvloop.new_event_loop,
-}
-
-
-def on_both_loops(test: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[str], None]:
-    """Run an async test on asyncio's loop and on uvloop's (the servers' loop, whose transports are
-    no `asyncio.Transport` subclass)."""
-
-    @pytest.mark.parametrize("loop", sorted(LOOPS))
-    def run(loop: str) -> None:
-        with asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
-            runner.run(test())
-
-    run.__name__, run.__doc__ = test.__name__, test.__doc__
-    return run
 
 
 @dataclass

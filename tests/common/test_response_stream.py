@@ -15,7 +15,7 @@ from common.asgi import EmbeddedServer, listen_socket, server_config
 from common.config.server import HttpServer
 from common.http import Receive, Scope, Send
 from common.response_stream import StreamBody
-from tests.common.test_fast_route import on_both_loops
+from tests.both_loops import on_both_loops
 
 WAIT_S = 10.0  # the bound on every wait for a condition below
 log = logging.getLogger("test")

@@ -120,9 +120,9 @@ def measure(
                 script = workdir / "post.lua"
                 script.write_text(wrk.lua_script(chat_body(), front.headers))
                 wrk.run(front.url + path, script, 64, 3)  # warm
-                before = {p: procstat.cpu_seconds({p}) for p in names}
+                before = _cpu(names)
                 res = wrk.run(front.url + path, script, 64, seconds)
-                after = {p: procstat.cpu_seconds({p}) for p in names}
+                after = _cpu(names)
                 units = res.requests
                 extra = {"rps": round(res.ok_rps), "errors": res.errors}
             else:
@@ -131,7 +131,7 @@ def measure(
                 )
                 asyncio.run(rawclient.concurrent_streams(LOCAL, front.port, raw, 100, CHUNKS, 30))  # warm
                 calls_before = {p: procstat.io_calls(p) for p in names}
-                before = {p: procstat.cpu_seconds({p}) for p in names}
+                before = _cpu(names)
                 ttfb: list[float] = []
                 errors = 0
                 for _ in range(rounds):
@@ -140,7 +140,7 @@ def measure(
                     )
                     ttfb += sr.ttfb_s
                     errors += sum(sr.errors.values())
-                after = {p: procstat.cpu_seconds({p}) for p in names}
+                after = _cpu(names)
                 calls = {p: procstat.io_calls(p) for p in names}
                 ttfb.sort()
                 units = streams * rounds

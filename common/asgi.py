@@ -19,7 +19,7 @@ from typing import Any
 import uvicorn
 
 from common.config.server import HttpServer
-from common.disconnect_hook import DisconnectHook
+from common.disconnect_hook import disconnect_hook
 from common.errors import body_too_large, internal_error
 from common.fast_route import Handler, fast_route_protocol
 from common.http import Message, Receive, Scope, Send, send_error
@@ -187,9 +187,9 @@ async def read_body(receive: Receive, declared_length: str | None, max_bytes: in
 
 async def run_until_disconnect(
     work: Coroutine[Any, Any, None],
+    scope: Scope,
     receive: Receive,
     finished: Callable[[], bool] = lambda: False,
-    hook: DisconnectHook | None = None,
 ) -> bool:
     """Run `work` while watching for the client leaving; True when the client left first.
 
@@ -198,10 +198,12 @@ async def run_until_disconnect(
     The work's own exception propagates, including one raised while it is being cancelled; a
     watcher that fails counts as a departure. Cancelling the caller cancels both.
 
-    The work runs in the caller's task. The departure comes from the server's `hook`
-    (`common/disconnect_hook.py`: no task at all) when it has one, else from a watcher task
-    blocked in `receive` until `http.disconnect` (this runs on every proxied request of both tiers).
+    The work runs in the caller's task. The departure comes from the `DisconnectHook` that both
+    tiers' server puts in the request's `scope` (`common/disconnect_hook.py`: no task at all), else
+    from a watcher task blocked in `receive` until `http.disconnect` (this runs on every proxied
+    request of both tiers).
     """
+    hook = disconnect_hook(scope)
     me = asyncio.current_task()
     assert me is not None
     left = False

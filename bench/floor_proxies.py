@@ -122,29 +122,22 @@ async def _serve_raw(host: str, port: int, listen: socket.socket) -> None:
 async def _serve_server_path(host: str, port: int, listen: socket.socket) -> None:
     import uvicorn
 
-    from common.asgi import server_config
+    from common.asgi import read_body, server_config
     from common.config.server import HttpServer
+    from common.http import send_body
     from common.upstream.pool import HostPool
 
     pool = HostPool(host, port)
+    json_type = [(b"content-type", b"application/json")]
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        resp = await pool.request(
-            b"POST", scope["path"].encode(), [(b"content-type", b"application/json")], body
-        )
+        body = await read_body(receive, None, 1 << 20)
+        resp = await pool.request(b"POST", scope["path"].encode(), json_type, body)
         try:
             data = await resp.read()
         finally:
             resp.release()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
-        await send({"type": "http.response.start", "status": resp.status, "headers": headers})
-        await send({"type": "http.response.body", "body": data})
+        await send_body(send, resp.status, data, json_type)
 
     server = uvicorn.Server(server_config(app, HttpServer()))
     print(LISTENING.format(port=listen.getsockname()[1]), flush=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +21,7 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     launch = throughput_fronts.Launcher(tmp_path_factory.mktemp("backend"))
     try:
         cmd = [
-            "python3", "-m", "bench.static_backend", "--host", LOCAL, "--port", "0",
+            sys.executable, "-m", "bench.static_backend", "--host", LOCAL, "--port", "0",
             "--chunks", "3", "--interval-ms", "1",
         ]  # fmt: skip
         proc, log = launch.start("backend", cmd)

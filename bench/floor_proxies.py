@@ -28,7 +28,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httptools
+import uvicorn
 import uvloop
+
+from common.asgi import listen_socket, read_body, server_config
+from common.config.server import HttpServer
+from common.http import send_body
+from common.upstream.pool import HostPool
 
 LISTENING = "floor proxy listening on http://127.0.0.1:{port}"
 
@@ -120,13 +126,6 @@ async def _serve_raw(host: str, port: int, listen: socket.socket) -> None:
 
 
 async def _serve_server_path(host: str, port: int, listen: socket.socket) -> None:
-    import uvicorn
-
-    from common.asgi import read_body, server_config
-    from common.config.server import HttpServer
-    from common.http import send_body
-    from common.upstream.pool import HostPool
-
     pool = HostPool(host, port)
     json_type = [(b"content-type", b"application/json")]
 
@@ -156,8 +155,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     up = urlsplit(args.upstream)
     if up.hostname is None or up.port is None:
         ap.error("--upstream needs http://host:port")
-    from common.asgi import listen_socket
-
     listen = listen_socket("127.0.0.1", args.port)
     uvloop.run(SERVERS[args.kind](up.hostname, up.port, listen))
     return 0

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -67,11 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         workdir = Path(tmp)
         launch = fronts.Launcher(workdir)
         try:
-            cmd = [sys.executable, "-m", "bench.static_backend", "--host", "127.0.0.1", "--port", "0"]
-            proc, log = launch.start("backend", cmd)
-            backend = "http://127.0.0.1:" + fronts.wait_log(
-                proc, log, r"static backend listening on http://127\.0\.0\.1:(\d+)"
-            )
+            backend = fronts.static_backend(launch).url
             print(f"load average at start: {os.getloadavg()[0]:.2f}")
             for rnd in range(args.rounds):
                 for name, env in variants.items():

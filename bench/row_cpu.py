@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -107,24 +106,13 @@ def measure(
         row = throughput_fronts.Launcher(workdir / "row")
         (workdir / "row").mkdir()
         try:
-            cmd = [
-                sys.executable, "-m", "bench.static_backend", "--host", LOCAL, "--port", "0",
-                "--chunks", str(CHUNKS), "--interval-ms", "10",
-            ]  # fmt: skip
-            proc, log = backend.start("backend", cmd)
-            port = throughput_fronts.wait_log(
-                proc, log, r"static backend listening on http://127\.0\.0\.1:(\d+)"
-            )
-            direct = throughput_fronts.Front("direct", f"http://{LOCAL}:{port}")
-            throughput_fronts.wait_until(
-                "backend", lambda: throughput_fronts.completion_ok(direct), proc, log, 30
-            )
+            direct = throughput_fronts.static_backend(backend, chunks=CHUNKS, interval_ms=10)
             front = _start(key, row, direct.url)
             names = _processes(front.pids)
             path = "/v1/chat/completions"
             extra: dict[str, object]
             if mode == "paced":
-                spent, units, extra = _paced(names, front.port, int(port), front.headers, rate, seconds)
+                spent, units, extra = _paced(names, front.port, direct.port, front.headers, rate, seconds)
                 before = dict.fromkeys(names, 0.0)
                 after = spent
             elif mode == "wrk":

@@ -451,14 +451,7 @@ def run_rows(rows: list[str], plan: Plan, workdir: Path, envoy_concurrency: int)
     by_key: dict[str, list[RowRun]] = {k: [] for k in rows}
     backend_launch = fronts.Launcher(workdir)
     try:
-        cmd = [
-            sys.executable, "-m", "bench.static_backend", "--host", LOCAL, "--port", "0",
-            "--chunks", str(plan.chunks), "--interval-ms", str(plan.interval_ms),
-        ]  # fmt: skip
-        proc, log = backend_launch.start("backend", cmd)
-        port = fronts.wait_log(proc, log, r"static backend listening on http://127\.0\.0\.1:(\d+)")
-        direct = fronts.Front(TITLES["direct"], f"http://{LOCAL}:{port}")
-        fronts.wait_until("backend", lambda: fronts.completion_ok(direct), proc, log, 30)
+        direct = fronts.static_backend(backend_launch, TITLES["direct"], plan.chunks, plan.interval_ms)
         for i in range(plan.runs):
             order = rows if i % 2 == 0 else rows[::-1]
             for key in order:
@@ -483,14 +476,15 @@ def run_rows(rows: list[str], plan: Plan, workdir: Path, envoy_concurrency: int)
                 finally:
                     launch.close()
                 row.key = key
-                if proc.poll() is not None:
-                    row.failure = row.failure or f"the backend exited ({proc.returncode}); log {log}"
+                backend_gone = backend_launch.exited()
+                if backend_gone:
+                    row.failure = row.failure or backend_gone[0]
                 by_key[key].append(row)
                 progress(
                     f"[throughput]     {'FAILED: ' + row.failure if row.failure else 'done'} in {time.monotonic() - t0:.0f} s"
                 )
-                if proc.poll() is not None:
-                    raise RuntimeError(f"the static backend exited: {fronts.log_tail(log)}")
+                if backend_gone:
+                    raise RuntimeError(f"the static backend exited: {backend_gone[0]}")
     finally:
         backend_launch.close()
     return by_key

@@ -190,6 +190,22 @@ def embedded(launch: Launcher, backend: str) -> Front:
     )
 
 
+def static_backend(
+    launch: Launcher, name: str = "direct", chunks: int | None = None, interval_ms: float | None = None
+) -> Front:
+    """`bench.static_backend` on a port of its own, once it answers a completion (its stream shape:
+    `chunks` SSE chunks `interval_ms` apart, else its defaults). The Front has no pids: every row
+    shares the backend, and none counts its CPU."""
+    cmd = [sys.executable, "-m", "bench.static_backend", "--host", "127.0.0.1", "--port", "0"]
+    if chunks is not None:
+        cmd += ["--chunks", str(chunks)]
+    if interval_ms is not None:
+        cmd += ["--interval-ms", str(interval_ms)]
+    proc, log = launch.start("backend", cmd)
+    port = wait_log(proc, log, r"static backend listening on http://127\.0\.0\.1:(\d+)")
+    return _ready(Front(name, f"http://127.0.0.1:{port}"), proc, log, timeout_s=30.0)
+
+
 def floor_proxy(launch: Launcher, backend: str, kind: str) -> Front:
     """A calibration proxy of `bench.floor_proxies` (no routing logic) in front of the backend."""
     cmd = [sys.executable, "-m", "bench.floor_proxies", kind, "--upstream", backend, "--port", "0"]

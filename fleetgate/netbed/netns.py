@@ -108,17 +108,7 @@ class Namespaces:
 
     def sysctl(self, ns: str, setting: str) -> None:
         """Set a per-namespace sysctl inside `ns` (the host's value is untouched)."""
-        try:
-            done = subprocess.run(
-                ["ip", "netns", "exec", ns, "sysctl", "-qw", setting],
-                capture_output=True,
-                text=True,
-                timeout=10,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise NetnsError(f"sysctl {setting} in {ns}: {exc}") from None
-        if done.returncode != 0:
-            raise NetnsError(f"sysctl {setting} in {ns}: {done.stderr.strip() or done.returncode}")
+        ip("netns", "exec", ns, "sysctl", "-qw", setting)
 
     def create_hub(self) -> None:
         self._add(self.hub)

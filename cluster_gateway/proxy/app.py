@@ -33,7 +33,7 @@ from common.http import ASGIApp, Message, Receive, Scope, Send, send_body, send_
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, ParsedRequest, parse_request
 from common.request_log import REQUEST_ID_HEADER, RequestRecord, request_id, with_request_id
 from common.response_stream import Observed, StreamBody
-from common.telemetry import extract_context
+from common.telemetry import extract_context, spans_exported
 
 log = logging.getLogger("fleetgate.gateway.proxy")
 
@@ -186,7 +186,9 @@ class ProxyApp:
         A departure while queued in admission frees the queue slot at once; a departure while the
         pod works cancels the pod request (the pod frees its batch slot and KV blocks).
         """
-        ctx = extract_context(headers)
+        # the client's trace joins ours only when spans go anywhere; without a `traceparent`
+        # there is nothing to join (its `traceparent` is forwarded to the pod as is either way)
+        ctx = extract_context(headers) if "traceparent" in headers and spans_exported() else None
 
         async def guarded_send(msg: Message) -> None:
             if msg["type"] == "http.response.body" and not msg.get("more_body", False):
@@ -199,7 +201,7 @@ class ProxyApp:
         body_out = Observed(StreamBody(scope, guarded_send), keep_tail)
 
         async def work() -> None:
-            token = otel_context.attach(ctx)
+            token = otel_context.attach(ctx) if ctx is not None else None
             try:
                 pick = await self.dispatcher.pick(parsed, headers)
                 state.profile = pick.profile
@@ -208,7 +210,8 @@ class ProxyApp:
                     pick, path, body, upstream_request_headers(headers), guarded_send, rec, body_out
                 )
             finally:
-                otel_context.detach(token)
+                if token is not None:
+                    otel_context.detach(token)
 
         # OpenAIError etc. from the work propagate; a response that finished as the client closed
         # is left to end normally (nothing to cancel).

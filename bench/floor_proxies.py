@@ -1,11 +1,14 @@
-"""Two calibration proxies with no routing logic: what a lone request costs below Fleetgate's own code.
+"""Three calibration proxies with no routing logic: what a lone request costs below Fleetgate's own code.
 
 The throughput bench's added-latency column (one request at a time, 20/s) puts the embedded proxy
-at ~1 ms. These two forward the same requests to the same backend, so `python -m bench.row_cpu
-floor-raw|floor-server --mode paced` splits that figure into its layers:
+at ~1 ms. These three forward the same requests to the same backend, so `python -m bench.row_cpu
+floor-raw|floor-pool|floor-server --mode paced` splits that figure into its layers:
 
 - `raw`: uvloop + httptools protocols, one upstream keep-alive connection per client connection,
   bytes passed through unparsed except for message ends. The least any Python proxy spends.
+- `pool`: the same raw server protocol, with each request sent through Fleetgate's upstream pool
+  (`common.upstream.HostPool`) from a task of its own, as any asyncio proxy that awaits its
+  upstream must: `raw` plus the pool and the task, without uvicorn.
 - `server`: Fleetgate's own server path (`common.asgi.server_config`: uvicorn, the guarded
   httptools protocol, the JSON catch-all) and its upstream pool (`common.upstream`), with an ASGI
   app that only reads the body, forwards it and answers. Everything the embedded proxy does
@@ -24,6 +27,7 @@ import asyncio
 import socket
 import sys
 from collections.abc import Sequence
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -37,6 +41,7 @@ from common.http import send_body
 from common.upstream.pool import HostPool
 
 LISTENING = "floor proxy listening on http://127.0.0.1:{port}"
+_JSON_TYPE = [(b"content-type", b"application/json")]
 
 
 class _Upstream(asyncio.Protocol):
@@ -119,31 +124,86 @@ class _Client(asyncio.Protocol):
         self.close()
 
 
+class _PoolClient(asyncio.Protocol):
+    """One client connection whose requests go through the upstream pool, one task per request."""
+
+    def __init__(self, pool: HostPool) -> None:
+        self.pool = pool
+        self.parser = httptools.HttpRequestParser(self)
+        self.url = b""
+        self.body: list[bytes] = []
+        self.transport: Any = None  # uvloop's transports are not asyncio.Transport subclasses
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed_data(data)
+
+    def on_url(self, url: bytes) -> None:
+        self.url = url
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        body, self.body = b"".join(self.body), []
+        asyncio.get_running_loop().create_task(self._forward(self.url, body))
+
+    async def _forward(self, target: bytes, body: bytes) -> None:
+        try:
+            resp = await self.pool.request(b"POST", target, _JSON_TYPE, body)
+            try:
+                data = await resp.read()
+            finally:
+                resp.release()
+        except Exception:
+            self.connection_lost(None)
+            return
+        if self.transport is not None:
+            self.transport.write(
+                b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+                % (resp.status, HTTPStatus(resp.status).phrase.encode(), len(data), data)
+            )
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.transport is not None:
+            self.transport.close()
+            self.transport = None
+
+
 async def _serve_raw(host: str, port: int, listen: socket.socket) -> None:
     server = await asyncio.get_running_loop().create_server(lambda: _Client(host, port), sock=listen)
     print(LISTENING.format(port=listen.getsockname()[1]), flush=True)
     await server.serve_forever()
 
 
+async def _serve_pool(host: str, port: int, listen: socket.socket) -> None:
+    pool = HostPool(host, port)
+    server = await asyncio.get_running_loop().create_server(lambda: _PoolClient(pool), sock=listen)
+    print(LISTENING.format(port=listen.getsockname()[1]), flush=True)
+    await server.serve_forever()
+
+
 async def _serve_server_path(host: str, port: int, listen: socket.socket) -> None:
     pool = HostPool(host, port)
-    json_type = [(b"content-type", b"application/json")]
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         body = await read_body(receive, None, 1 << 20)
-        resp = await pool.request(b"POST", scope["path"].encode(), json_type, body)
+        resp = await pool.request(b"POST", scope["path"].encode(), _JSON_TYPE, body)
         try:
             data = await resp.read()
         finally:
             resp.release()
-        await send_body(send, resp.status, data, json_type)
+        await send_body(send, resp.status, data, _JSON_TYPE)
 
     server = uvicorn.Server(server_config(app, HttpServer()))
     print(LISTENING.format(port=listen.getsockname()[1]), flush=True)
     await server.serve(sockets=[listen])
 
 
-SERVERS = {"raw": _serve_raw, "server": _serve_server_path}
+SERVERS = {"raw": _serve_raw, "pool": _serve_pool, "server": _serve_server_path}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

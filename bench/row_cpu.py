@@ -8,8 +8,8 @@ either drives wrk at concurrency 64 (`--mode wrk`), rounds of concurrent 50-chun
 latency column: what one request costs when it arrives alone), reading each process's CPU from
 /proc around the measured window. `--mode paced` first reads each process's idle CPU over the same
 window (background work: pool feed ticks, scrapes) and reports CPU per request above it, with the
-added p50/p99 of the same run; the peers' rows work in this mode too, for comparison. Two more
-rows exist only here: `floor-raw` and `floor-server`, the calibration proxies of
+added p50/p99 of the same run; the peers' rows work in this mode too, for comparison. Three more
+rows exist only here: `floor-raw`, `floor-pool` and `floor-server`, the calibration proxies of
 `bench.floor_proxies` (a lone request's cost below Fleetgate's request logic).
 
     python -m bench.row_cpu global --mode wrk --seconds 8
@@ -36,7 +36,7 @@ from bench.throughput import LOCAL, ROWS, added, chat_body, start_front
 
 CHUNKS = 50
 # rows of this tool only: the calibration proxies, same backend, same measurement
-FLOOR_ROWS = {"floor-raw": "raw", "floor-server": "server"}
+FLOOR_ROWS = {"floor-raw": "raw", "floor-pool": "pool", "floor-server": "server"}
 
 
 def _start(key: str, launch: throughput_fronts.Launcher, backend: str) -> throughput_fronts.Front:

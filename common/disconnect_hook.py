@@ -4,8 +4,8 @@ Both tiers cancel a request's upstream work the moment its client leaves (`asgi.
 Through plain ASGI the only way to learn of a departure is a task blocked in `receive()` for the
 whole request: one more task per request, woken once more when the response completes. Replacing
 it with this hook took the embedded proxy from 0.243 to 0.229 ms of CPU per request at concurrency
-64 (`python -m bench.row_cpu embedded`, 8 alternating pairs; bench/RESULTS.md). The server (`http_server.guarded_protocol`)
-puts a `DisconnectHook` in each request's scope and fires it from `connection_lost`, which is what
+64 (`python -m bench.row_cpu embedded`, 8 alternating pairs; bench/RESULTS.md). The server
+(`http_server.guarded_protocol`) puts a `DisconnectHook` in each request's scope and fires it from `connection_lost`, which is what
 uvicorn's `receive()` would have reported; without the extension (another server, a test client)
 the watcher task is still used.
 """

@@ -33,7 +33,7 @@ from common.http import ASGIApp, Message, Receive, Scope, Send, send_body, send_
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, ParsedRequest, parse_request
 from common.request_log import REQUEST_ID_HEADER, RequestRecord, request_id, with_request_id
 from common.response_stream import Observed, StreamBody
-from common.telemetry import extract_context, spans_exported
+from common.telemetry import client_context
 
 log = logging.getLogger("fleetgate.gateway.proxy")
 
@@ -186,9 +186,7 @@ class ProxyApp:
         A departure while queued in admission frees the queue slot at once; a departure while the
         pod works cancels the pod request (the pod frees its batch slot and KV blocks).
         """
-        # the client's trace joins ours only when spans go anywhere; without a `traceparent`
-        # there is nothing to join (its `traceparent` is forwarded to the pod as is either way)
-        ctx = extract_context(headers) if "traceparent" in headers and spans_exported() else None
+        ctx = client_context(headers)
 
         async def guarded_send(msg: Message) -> None:
             if msg["type"] == "http.response.body" and not msg.get("more_body", False):

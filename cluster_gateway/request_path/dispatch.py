@@ -19,7 +19,7 @@ from cluster_gateway.request_path.admission import AdmissionQueue
 from cluster_gateway.scheduling.scheduler import Scheduler
 from cluster_gateway.scheduling.types import LLMRequest, ScheduleResult
 from common.openai_request import ParsedRequest
-from common.telemetry import data_path_span, extract_context
+from common.telemetry import client_context, data_path_span
 
 
 @dataclass(slots=True)
@@ -87,9 +87,10 @@ class Dispatcher:
         """`pick` under the client's trace context from `headers`: the Envoy pickers, whose request
         as a whole is Envoy's, join the client's trace for the pick alone. Without a `traceparent`
         there is no trace to join (`headers` has lower-case names, as for `pick`)."""
-        if "traceparent" not in headers:
+        ctx = client_context(headers)
+        if ctx is None:
             return await self.pick(parsed, headers)
-        token = otel_context.attach(extract_context(headers))
+        token = otel_context.attach(ctx)
         try:
             return await self.pick(parsed, headers)
         finally:

@@ -14,6 +14,7 @@ from opentelemetry import trace
 from common.telemetry import (
     REDACTED,
     JsonFormatter,
+    client_context,
     extract_context,
     inject_traceparent,
     memory_exporter,
@@ -150,6 +151,22 @@ def test_log_lines_carry_the_current_trace_id(json_log: tuple[logging.Logger, io
         logger.info("inside")
     entry = json.loads(stream.getvalue())
     assert entry["trace_id"] == format(span.get_span_context().trace_id, "032x")
+
+
+def test_client_context_joins_a_traceparent_only(json_log: tuple[logging.Logger, io.StringIO]) -> None:
+    """No `traceparent`: nothing to join (None, no propagator pass). With one, the client's trace is
+    joined with no span exported, so a log line written in the request carries its trace id."""
+    assert client_context({"authorization": "Bearer x", "content-type": "application/json"}) is None
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    ctx = client_context({"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"})
+    assert ctx is not None
+    logger, stream = json_log
+    token = otel_context.attach(ctx)
+    try:
+        logger.info("inside the client's trace")
+    finally:
+        otel_context.detach(token)
+    assert json.loads(stream.getvalue())["trace_id"] == trace_id
 
 
 def test_setup_logging_installs_one_handler_and_rejects_bad_levels(

@@ -21,7 +21,6 @@ from litestar.exceptions import HTTPException
 from litestar.params import FromPath
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.propagate import extract
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from common.asgi import ClientGone, read_body, run_until_disconnect
@@ -32,7 +31,7 @@ from common.http import ASGIApp, Receive, Scope, Send, send_error
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, parse_request
 from common.request_log import REQUEST_ID_HEADER, RequestRecord, request_id, with_request_id
 from common.response_stream import StreamBody
-from common.telemetry import data_path_span, spans_exported
+from common.telemetry import client_context, data_path_span
 from global_router.dispatch_tracker import DispatchTracker
 from global_router.failover import ClusterHealth, RetryBudget
 from global_router.fleet_report import fleet_report
@@ -108,10 +107,14 @@ class CompletionHandler:
         rec = RequestRecord(rid, scope["path"])
         send = with_request_id(send, rid)
         try:
-            if not spans_exported():  # the client's traceparent is forwarded as is (data_path_span)
+            # Join the client's trace when it sent one (common.telemetry.client_context, the
+            # gateway's rule too): the router's log lines then carry the client's trace id even
+            # with no span exported; without a traceparent there is nothing to join.
+            ctx = client_context(headers)
+            if ctx is None:
                 await self._handle(scope, headers, receive, send, rec)
                 return
-            token = otel_context.attach(extract(headers))
+            token = otel_context.attach(ctx)
             try:
                 await self._handle(scope, headers, receive, send, rec)
             finally:

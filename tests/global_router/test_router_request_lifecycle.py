@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import io
+import json
+import logging
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from common.telemetry import JsonFormatter
 from global_router.tenants import hash_key
 from tests.global_router.fleet_fixtures import MODEL
 from tests.global_router.router_harness import BATCH_KEY, harness, router_config
@@ -77,3 +81,32 @@ async def test_router_spans_continue_the_clients_trace() -> None:
             assert sent[1] == trace_id and sent[2] == format(fwd.context.span_id, "016x")
     finally:
         exporter.shutdown()
+
+
+async def test_router_log_lines_carry_the_clients_trace_id_without_an_exporter() -> None:
+    """The router joins the client's trace whenever a traceparent comes (not only when spans are
+    exported), so the lines it logs while serving the request can be found by the client's trace id."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter("router"))
+    logger = logging.getLogger("fleetgate.router.forward")
+    logger.addHandler(handler)
+    level, logger.level = logger.level, logging.INFO
+    trace_id = "5bf92f3577b34da6a3ce929d0e0e4737"
+    try:
+        async with harness(["a", "b"]) as h:
+            for cid in ("a", "b"):
+                await h.publish(cid)
+                h.gateways[cid].mode = "error500"  # each attempt fails before the first byte: logged
+            hd = h.headers(traceparent=f"00-{trace_id}-00f067aa0ba902b7-01")
+            r = await h.client.post("/v1/chat/completions", json=CHAT, headers=hd)
+            assert r.status_code == 500 and r.json()["error"]
+            sent = h.gateways["a"].requests[-1]["traceparent"].split("-")
+            assert sent[1] == trace_id
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    failed = [e for e in lines if "failed before the first byte" in e["msg"]]
+    assert failed, lines
+    assert {e.get("trace_id") for e in failed} == {trace_id}

@@ -151,6 +151,11 @@ def measure(
                     "reads_writes_per_stream": [
                         round(sum(calls[p][i] - calls_before[p][i] for p in names) / units, 1) for i in (0, 1)
                     ],
+                    # per process: which hop relays chunk by chunk and which coalesces them
+                    "reads_writes_per_stream_by_process": {
+                        names[p]: [round((calls[p][i] - calls_before[p][i]) / units, 1) for i in (0, 1)]
+                        for p in names
+                    },
                 }
         finally:
             row.close()

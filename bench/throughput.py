@@ -14,7 +14,8 @@ Per router, in this order (the 2,000-stream storm last, so a router it breaks sp
   * 500 and then 2,000 concurrent streams (raw-socket client, each stream bounded by a timeout):
     errors by kind, time to first byte p50/p99;
   * CPU ms per request / per stream of the router's processes (utime+stime from /proc, the whole
-    process tree, Envoy included, backend excluded), and their peak RSS.
+    process tree, Envoy included, backend excluded), and their peak RSS;
+  * the same-run ratios to sglang-router's: req/s at c64, 2,000-stream TTFB p99, added p50.
 A full run repeats every row twice in alternating order and reports medians (ranges for error
 counts). Writes bench/results/throughput.md (throughput_quick.md with --quick; `--out` overrides);
 a router that fails to start is a FAILED row and its log is kept next to the table.
@@ -316,6 +317,10 @@ def render(by_key: dict[str, list[RowRun]], plan: Plan) -> str:
     ok = {k: [r for r in runs if not r.failure] for k, runs in by_key.items()}
     base = _m(ok.get("sglang", []), lambda r: r.rps.get(64, math.nan))
     small, large = plan.streams[0], plan.streams[-1]
+    # issue 10's same-run ratios: the storm's TTFB p99 and the added p50 over sglang-router's (an
+    # absolute added latency follows the host as much as the router; the ratio travels)
+    base_ttfb99 = _stream_m(ok.get("sglang", []), large, lambda s: s.ttfb_p99_ms)
+    base_added = _m(ok.get("sglang", []), lambda r: r.added_ms[0])
     main_rows, detail_rows, failures, notes = [], [], [], []
     for key, runs in by_key.items():
         good = ok[key]
@@ -330,7 +335,7 @@ def render(by_key: dict[str, list[RowRun]], plan: Plan) -> str:
             notes.append(f"- {name}, streams answered {kind}: `{text.strip()[:200]}`")
         if not good:
             main_rows.append([f"{name} **FAILED**", *["—"] * 6])
-            detail_rows.append([name, *["—"] * 9])
+            detail_rows.append([name, *["—"] * 11])
             continue
         rps64 = _m(good, lambda r: r.rps.get(64, math.nan))
         errs64 = [r.wrk_errors.get(64, 0) for r in good]
@@ -382,6 +387,10 @@ def render(by_key: dict[str, list[RowRun]], plan: Plan) -> str:
                     _stream_m(good, large, lambda s: s.ttfb_p99_ms),
                     0,
                 ),
+                "—"
+                if key == "direct"
+                else ratio(_stream_m(good, large, lambda s: s.ttfb_p99_ms), base_ttfb99),
+                "—" if key == "direct" else ratio(_m(good, lambda r: r.added_ms[0]), base_added),
                 big_cell,
                 "—" if key == "direct" else fnum(_m(good, lambda r: r.peak_rss_mb)),
                 " / ".join(fnum(rps[c]) for c in sorted(plan.concurrencies)),
@@ -412,13 +421,15 @@ def render(by_key: dict[str, list[RowRun]], plan: Plan) -> str:
                 f"CPU ms/stream {small:,} / {large:,}",
                 f"{large:,} ÷ {small:,}",
                 f"{large:,}-stream TTFB p50/p99 ms",
+                f"{large:,}-stream TTFB p99 {TIMES} sglang-router",
+                f"added p50 {TIMES} sglang-router",
                 f"{plan.big_prompt_kb} KB prompt p50 ms",
                 "peak RSS MB",
                 f"req/s {conc}",
                 "wrk c64 latency p50/p99 ms",
             ],
             detail_rows,
-            right=set(range(1, 10)),
+            right=set(range(1, 12)),
         ),
     ]
     if failures or notes:

@@ -90,13 +90,15 @@ def test_big_prompt_has_the_asked_size() -> None:
     assert len(tp.big_prompt(220).encode()) == 220 * 1024
 
 
-def _run(key: str, name: str, rps: float, cpu: float, failed2000: int = 0) -> tp.RowRun:
+def _run(
+    key: str, name: str, rps: float, cpu: float, failed2000: int = 0, added: tuple[float, float] = (0.5, 0.9)
+) -> tp.RowRun:
     r = tp.RowRun(key, name)
     r.rps = {8: rps / 2, 64: rps, 128: rps}
     r.wrk_errors = {8: 0, 64: 0, 128: 0}
     r.cpu_ms = {8: cpu, 64: cpu, 128: cpu * 1.5}
     r.wrk_p50_p99_ms = (1.0, 2.0)
-    r.added_ms = (0.5, 0.9)
+    r.added_ms = added
     r.big_prompt_ms = 12.0
     errs = Counter({"timeout": failed2000}) if failed2000 else Counter[str]()
     r.streams = {
@@ -115,7 +117,7 @@ def test_table_has_the_issues_columns_medians_and_ratios() -> None:
             _run("sglang", "sglang-router 0.3.2", 6000, 0.2),
             _run("sglang", "sglang-router 0.3.2", 8000, 0.2),
         ],
-        "embedded": [_run("embedded", "Fleetgate embedded proxy", 3000, 1.0, failed2000=7)],
+        "embedded": [_run("embedded", "Fleetgate embedded proxy", 3000, 1.0, failed2000=7, added=(1.0, 1.5))],
         "litellm": [
             tp.RowRun("litellm", "LiteLLM proxy", failure="did not start: exited with 1; log /x.log")
         ],
@@ -137,9 +139,13 @@ def test_table_has_the_issues_columns_medians_and_ratios() -> None:
     assert "| direct (backend alone) | 20,000 | 2.86 | \u2014 |" in lines["direct (backend alone)"]
     assert "| LiteLLM proxy **FAILED** | \u2014 |" in main
     assert "- **LiteLLM proxy FAILED**: did not start: exited with 1; log /x.log" in text
-    # the flatness columns: c128 / c8 and 2,000 / 500 streams
+    # the flatness columns (c128 / c8 and 2,000 / 500 streams), then the same-run ratios to
+    # sglang-router's 2,000-stream TTFB p99 (900 ms, as sglang's) and added p50 (1.0 over 0.5 ms)
     emb = next(ln for ln in details.splitlines() if ln.startswith("| Fleetgate embedded proxy"))
-    assert "| 1.00 / 1.00 / 1.50 | 1.50 | 10.0 / 20.0 | 2.00 | 400 / 900 | 12.0 | 50 |" in emb
+    assert "| 1.00 / 1.00 / 1.50 | 1.50 | 10.0 / 20.0 | 2.00 | 400 / 900 | 1.00 | 2.00 | 12.0 | 50 |" in emb
+    assert "TTFB p99 \u00d7 sglang-router | added p50 \u00d7 sglang-router |" in details.splitlines()[0]
+    lite = next(ln for ln in details.splitlines() if ln.startswith("| LiteLLM proxy"))
+    assert lite.count("\u2014") == 11
 
 
 def test_an_error_answer_is_quoted_once_per_kind() -> None:

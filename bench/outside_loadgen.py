@@ -165,10 +165,6 @@ def _process(
 @contextlib.contextmanager
 def fleet_and_gateway(sc: Scenario, pods: int, policy: str, workdir: Path) -> Iterator[str]:
     """A fresh simulated fleet and a gateway whose default profile is `policy`; yields its URL."""
-    base = procs.free_port()
-    while any(not _free(p) for p in range(base, base + pods)):
-        base = procs.free_port()
-    pod_urls = [f"http://127.0.0.1:{base + i}" for i in range(pods)]
     entry = {
         "profile": "l4-llama3-8b",
         "model": MODEL,
@@ -179,35 +175,25 @@ def fleet_and_gateway(sc: Scenario, pods: int, policy: str, workdir: Path) -> It
     }
     (workdir / "pods.yaml").write_text(yaml.safe_dump({"pods": [entry]}))
     sim = [sys.executable, "-m", "fleetgate", "sim", "--pod-spec", str(workdir / "pods.yaml")]
-    sim += ["--base-port", str(base), "--log-level", "warning"]
-    cfg = {
-        "discovery": {"static": {"endpoints": pod_urls}},
-        "scheduling": {"defaultProfile": policy},
-        "admission": {"queueTimeoutMs": 60_000},
-        "proxy": {"readTimeoutS": 900},
-    }
-    (workdir / "gateway.yaml").write_text(yaml.safe_dump(cfg))
-    port = procs.free_port()
-    gw = [sys.executable, "-m", "fleetgate", "gateway", "--config", str(workdir / "gateway.yaml")]
-    gw += ["--port", str(port), "--log-level", "WARNING"]
+    sim += ["--base-port", "0", "--log-level", "warning"]  # each pod binds port 0 and says where
     with _process(sim, workdir / "sim.log") as sp:
+        pod_urls = procs.expect_in_file(workdir / "sim.log", procs.SIM_LISTENING, pods, sp, timeout=60)
         for u in pod_urls:
             procs.wait_http(u + "/health", 60, sp)
+        cfg = {
+            "discovery": {"static": {"endpoints": pod_urls}},
+            "scheduling": {"defaultProfile": policy},
+            "admission": {"queueTimeoutMs": 60_000},
+            "proxy": {"readTimeoutS": 900},
+        }
+        (workdir / "gateway.yaml").write_text(yaml.safe_dump(cfg))
+        port = procs.free_port()
+        gw = [sys.executable, "-m", "fleetgate", "gateway", "--config", str(workdir / "gateway.yaml")]
+        gw += ["--port", str(port), "--log-level", "WARNING"]
         with _process(gw, workdir / "gateway.log") as gp:
             procs.wait_http(f"http://127.0.0.1:{port}/v1/models", 60, gp)
             time.sleep(0.5)  # a few scrapes, so the gateway sees every pod
             yield f"http://127.0.0.1:{port}"
-
-
-def _free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def run_builtin(sc: Scenario, pods: int, policy: str, reqs: list[TraceRequest], workdir: Path) -> Row:

@@ -31,7 +31,6 @@ import os
 import platform
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -120,25 +119,6 @@ class PolicyRun:
     machine_load: float = math.nan  # the higher 1-minute load average at this policy's start and end
 
 
-def _port_block(n: int) -> int:
-    """A base port with n consecutive free ports (checked by binding)."""
-    for _ in range(200):
-        base = procs.free_port()
-        if base + n >= 65000:
-            continue
-        ok = True
-        for p in range(base, base + n):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free port block")
-
-
 def _all_workers_healthy(pod_urls: list[str]) -> Callable[[httpx.Response], bool]:
     """Both peers answer GET /workers with {"workers": [{"url", "is_healthy", ...}]}."""
 
@@ -191,7 +171,7 @@ def _pod_entry(group: PodGroup, time_scale: float, engine: str) -> dict[str, obj
     return entry
 
 
-def _sim_command(setup: Setup, base_port: int, workdir: Path, engine: str = "vllm") -> list[str]:
+def _sim_command(setup: Setup, workdir: Path, engine: str = "vllm") -> list[str]:
     entries = [_pod_entry(g, setup.time_scale, engine) for g in setup.scenario.pods]
     spec = workdir / "pods.yaml"
     spec.write_text(yaml.safe_dump({"pods": entries}))
@@ -203,7 +183,7 @@ def _sim_command(setup: Setup, base_port: int, workdir: Path, engine: str = "vll
         "--pod-spec",
         str(spec),
         "--base-port",
-        str(base_port),
+        "0",
         "--log-level",
         "warning",
     ]
@@ -287,6 +267,12 @@ def peer_flags(policy: str) -> tuple[str, ...]:
     return PEER_TUNING.get(policy.split(":", 1)[1].removesuffix(TUNED), ())
 
 
+def _peer_exe(policy: str) -> Path:
+    """The peer router's executable in .venv-peers (it may not be installed)."""
+    family = policy.removesuffix(TUNED).split(":", 1)[0]
+    return PEERS_VENV / "bin" / ("sglang-router" if family == "sglang" else "vllm-router")
+
+
 def _peer_command(
     policy: str, pod_urls: list[str], port: int, metrics_port: int | None = None
 ) -> list[str] | None:
@@ -296,7 +282,7 @@ def _peer_command(
     both log every routing decision at info, which on 2 shared cores would slow the very run it logs.
     """
     family, pol = policy.removesuffix(TUNED).split(":", 1)
-    exe = PEERS_VENV / "bin" / ("sglang-router" if family == "sglang" else "vllm-router")
+    exe = _peer_exe(policy)
     if not exe.exists():
         return None
     common = ["--host", "127.0.0.1", "--port", str(port), "--policy", pol, "--worker-urls", *pod_urls]
@@ -426,36 +412,36 @@ def run_policy(
 def _run_policy_once(
     policy: str, setup: Setup, trace_reqs: list[TraceRequest], workdir: Path
 ) -> PolicyRun | None:
-    base = _port_block(setup.pods)
-    pod_urls = [f"http://127.0.0.1:{base + i}" for i in range(setup.pods)]
     front_port = procs.free_port()
     front_url = f"http://127.0.0.1:{front_port}"
     tag = policy.replace(":", "_")
     is_peer = policy not in FLEETGATE_PROFILES
     engine = _peer_engine(policy) if is_peer else "vllm"
-    env: dict[str, str] = {}
-    if is_peer:
-        peer = _peer_command(policy, pod_urls, front_port)
-        if peer is None:
-            print(f"  {policy}: not installed (run with --peers), skipped", file=sys.stderr)
-            return None
-        cmd, headers, env = peer, {}, PEER_ENV
-        # the peers' health means "all workers registered and healthy", not just "port open"
-        ready_url, ready_check = front_url + "/workers", _all_workers_healthy(pod_urls)
-    else:
-        speeds = pod_speeds(setup.scenario, setup.time_scale)
-        cmd = _gateway_command(pod_urls, front_port, workdir, setup.time_scale, speeds)
-        headers = {"x-fleetgate-profile": policy}
-        ready_url, ready_check = front_url + "/v1/models", None
-    front_log = workdir / f"front-{tag}.log"
+    if is_peer and not _peer_exe(policy).exists():
+        print(f"  {policy}: not installed (run with --peers), skipped", file=sys.stderr)
+        return None
+    front_log, sim_log = workdir / f"front-{tag}.log", workdir / f"sim-{tag}.log"
     run = PolicyRun(policy, [], 0.0)
-    with _process(_sim_command(setup, base, workdir, engine), workdir / f"sim-{tag}.log") as sim:
+    with _process(_sim_command(setup, workdir, engine), sim_log) as sim:
         try:
+            # each pod binds port 0 and prints where it listens, in pod order
+            pod_urls = procs.expect_in_file(sim_log, procs.SIM_LISTENING, setup.pods, sim, timeout=30)
             for u in pod_urls:
                 procs.wait_http(u + "/health", 30, sim)
         except RuntimeError as exc:
-            tail = _log_tail(workdir / f"sim-{tag}.log")
-            raise _SimDidNotStart(f"simulator did not start: {exc}: {tail}") from None
+            raise _SimDidNotStart(f"simulator did not start: {exc}: {_log_tail(sim_log)}") from None
+        env: dict[str, str] = {}
+        if is_peer:
+            peer = _peer_command(policy, pod_urls, front_port)
+            assert peer is not None  # installed: checked above
+            cmd, headers, env = peer, {}, PEER_ENV
+            # the peers' health means "all workers registered and healthy", not just "port open"
+            ready_url, ready_check = front_url + "/workers", _all_workers_healthy(pod_urls)
+        else:
+            speeds = pod_speeds(setup.scenario, setup.time_scale)
+            cmd = _gateway_command(pod_urls, front_port, workdir, setup.time_scale, speeds)
+            headers = {"x-fleetgate-profile": policy}
+            ready_url, ready_check = front_url + "/v1/models", None
         with _process(cmd, front_log, env) as front:
             try:
                 procs.wait_http(ready_url, 60, front, check=ready_check)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -153,3 +154,48 @@ def test_spawned_sim_announces_its_pods_answers_health_and_stops(
         procs.wait_http(urls[0] + "/health", 0.5, sim, ok=204)
     procs.stop(sim)
     assert sim.returncode is not None
+
+
+_TINY = ("--profile", "tiny", "--log-level", "warning")
+
+
+def test_expect_in_file_reads_a_file_fed_by_the_process(tmp_path: Path) -> None:
+    """The routing bench logs to files (a pipe nobody reads would stall a chatty peer): the pods'
+    addresses are read back from the simulator's log, in the order printed."""
+    log = tmp_path / "sim.log"
+    with log.open("wb") as out:
+        sim = subprocess.Popen(
+            [sys.executable, "-m", "fleetgate", "sim", "--pods", "3", "--base-port", "0", *_TINY],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        urls = procs.expect_in_file(log, procs.SIM_LISTENING, 3, sim, timeout=60)
+        assert len(set(urls)) == 3 and all(u.startswith("http://127.0.0.1:") for u in urls)
+        lines = [ln for ln in log.read_text().splitlines() if "listening on" in ln]
+        assert [ln.split()[2] for ln in lines] == ["0", "1", "2"]  # pod order is print order
+        for u in urls:
+            procs.wait_http(u + "/health", 30, sim)
+    finally:
+        procs.stop(sim)
+
+
+def test_expect_in_file_fails_fast_when_the_process_exits_first(tmp_path: Path) -> None:
+    log = tmp_path / "out.log"
+    with log.open("wb") as out:
+        p = subprocess.Popen([sys.executable, "-c", "print('port 7'); raise SystemExit(3)"], stdout=out)
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"exited with 3 after 1 of 2"):
+        procs.expect_in_file(log, r"port (\d+)", 2, p, timeout=30)
+    assert time.monotonic() - t0 < 10  # the exit ended the wait, not the deadline
+
+
+def test_expect_in_file_gives_up_after_its_deadline(
+    tmp_path: Path, started: list[subprocess.Popen[str]]
+) -> None:
+    log = tmp_path / "silent.log"
+    p = _python("import time; time.sleep(30)")
+    started.append(p)
+    with pytest.raises(RuntimeError, match=r"0 of 1 .* after 0 s"):
+        procs.expect_in_file(log, r"ready (\d+)", 1, p, timeout=0.3)  # the file never even appears
+    assert p.poll() is None

@@ -617,7 +617,7 @@ def _policies(args: argparse.Namespace) -> list[str]:
             "latency",
             *PEER_POLICIES,
         ]
-    return [p for p in wanted if p in FLEETGATE_PROFILES or _peer_command(p, [], 0) is not None]
+    return [p for p in wanted if p in FLEETGATE_PROFILES or _peer_exe(p).exists()]
 
 
 def run_to_json(run: PolicyRun) -> dict[str, object]:

@@ -5,9 +5,9 @@ Through plain ASGI the only way to learn of a departure is a task blocked in `re
 whole request: one more task per request, woken once more when the response completes. Replacing
 it with this hook took the embedded proxy from 0.243 to 0.229 ms of CPU per request at concurrency
 64 (`python -m bench.row_cpu embedded`, 8 alternating pairs; bench/RESULTS.md). The server
-(`http_server.guarded_protocol`) puts a `DisconnectHook` in each request's scope and fires it from `connection_lost`, which is what
-uvicorn's `receive()` would have reported; without the extension (another server, a test client)
-the watcher task is still used.
+(`http_server.guarded_protocol`) puts a `DisconnectHook` in each request's scope and fires it from
+`connection_lost`, which is what uvicorn's `receive()` would have reported; without the extension
+(another server, a test client) the watcher task is still used.
 """
 
 from __future__ import annotations

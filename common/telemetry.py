@@ -18,8 +18,10 @@ import sys
 import weakref
 from collections.abc import Mapping, MutableMapping
 from contextlib import AbstractContextManager, nullcontext
+from contextvars import Token
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.propagators.textmap import Getter
@@ -41,6 +43,7 @@ __all__ = [
     "client_context",
     "data_path_span",
     "extract_context",
+    "in_client_trace",
     "inject_traceparent",
     "memory_exporter",
     "redact",
@@ -296,3 +299,23 @@ def client_context(headers: Mapping[str, str]) -> Context | None:
     if "traceparent" not in headers:
         return None
     return extract_context(headers)
+
+
+class in_client_trace:
+    """`with in_client_trace(headers):` runs its body in the client's trace context when the request
+    carries a `traceparent` (`client_context`), else as is. A slotted class, not a generator-based
+    context manager: it sits on every request of both tiers."""
+
+    __slots__ = ("_ctx", "_token")
+
+    def __init__(self, headers: Mapping[str, str]) -> None:
+        self._ctx = client_context(headers)
+        self._token: Token[Context] | None = None
+
+    def __enter__(self) -> None:
+        if self._ctx is not None:
+            self._token = otel_context.attach(self._ctx)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            otel_context.detach(self._token)

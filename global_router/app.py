@@ -19,7 +19,6 @@ import msgspec
 from litestar import Litestar, MediaType, Request, Response, get, post
 from litestar.exceptions import HTTPException
 from litestar.params import FromPath
-from opentelemetry import context as otel_context
 from opentelemetry import trace
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
@@ -31,7 +30,7 @@ from common.http import ASGIApp, Receive, Scope, Send, send_error
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, parse_request
 from common.request_log import REQUEST_ID_HEADER, RequestRecord, request_id, with_request_id
 from common.response_stream import StreamBody
-from common.telemetry import client_context, data_path_span
+from common.telemetry import data_path_span, in_client_trace
 from global_router.dispatch_tracker import DispatchTracker
 from global_router.failover import ClusterHealth, RetryBudget
 from global_router.fleet_report import fleet_report
@@ -107,18 +106,10 @@ class CompletionHandler:
         rec = RequestRecord(rid, scope["path"])
         send = with_request_id(send, rid)
         try:
-            # Join the client's trace when it sent one (common.telemetry.client_context, the
-            # gateway's rule too): the router's log lines then carry the client's trace id even
-            # with no span exported; without a traceparent there is nothing to join.
-            ctx = client_context(headers)
-            if ctx is None:
+            # in the client's trace when it sent one (the gateway's rule too): the router's log
+            # lines carry the client's trace id even with no span exported
+            with in_client_trace(headers):
                 await self._handle(scope, headers, receive, send, rec)
-                return
-            token = otel_context.attach(ctx)
-            try:
-                await self._handle(scope, headers, receive, send, rec)
-            finally:
-                otel_context.detach(token)
         finally:
             ok = rec.outcome == OK
             self.s.metrics.genai.observe(rec, operation_name(scope["path"]), ok, time.monotonic())

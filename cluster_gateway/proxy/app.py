@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-from opentelemetry import context as otel_context
 
 from cluster_gateway.auth import GatewayAuthenticator
 from cluster_gateway.observability import CANCELLED, OK, REJECTED, SHED, GatewayMetrics
@@ -33,7 +32,7 @@ from common.http import ASGIApp, Message, Receive, Scope, Send, send_body, send_
 from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, ParsedRequest, parse_request
 from common.request_log import REQUEST_ID_HEADER, RequestRecord, request_id, with_request_id
 from common.response_stream import Observed, StreamBody
-from common.telemetry import client_context
+from common.telemetry import in_client_trace
 
 log = logging.getLogger("fleetgate.gateway.proxy")
 
@@ -186,7 +185,7 @@ class ProxyApp:
         A departure while queued in admission frees the queue slot at once; a departure while the
         pod works cancels the pod request (the pod frees its batch slot and KV blocks).
         """
-        ctx = client_context(headers)
+        trace_ctx = in_client_trace(headers)
 
         async def guarded_send(msg: Message) -> None:
             if msg["type"] == "http.response.body" and not msg.get("more_body", False):
@@ -199,17 +198,13 @@ class ProxyApp:
         body_out = Observed(StreamBody(scope, guarded_send), keep_tail)
 
         async def work() -> None:
-            token = otel_context.attach(ctx) if ctx is not None else None
-            try:
+            with trace_ctx:  # the client's trace, in the task that does the work
                 pick = await self.dispatcher.pick(parsed, headers)
                 state.profile = pick.profile
                 state.counted = True  # from here the forwarder records the outcome
                 await self.forwarder.forward(
                     pick, path, body, upstream_request_headers(headers), guarded_send, rec, body_out
                 )
-            finally:
-                if token is not None:
-                    otel_context.detach(token)
 
         # OpenAIError etc. from the work propagate; a response that finished as the client closed
         # is left to end normally (nothing to cancel).

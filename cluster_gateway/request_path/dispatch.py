@@ -11,15 +11,13 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from opentelemetry import context as otel_context
-
 from cluster_gateway.observability import GatewayMetrics, tracer
 from cluster_gateway.pool import EndpointPool, PodState
 from cluster_gateway.request_path.admission import AdmissionQueue
 from cluster_gateway.scheduling.scheduler import Scheduler
 from cluster_gateway.scheduling.types import LLMRequest, ScheduleResult
 from common.openai_request import ParsedRequest
-from common.telemetry import client_context, data_path_span
+from common.telemetry import data_path_span, in_client_trace
 
 
 @dataclass(slots=True)
@@ -87,14 +85,8 @@ class Dispatcher:
         """`pick` under the client's trace context from `headers`: the Envoy pickers, whose request
         as a whole is Envoy's, join the client's trace for the pick alone. Without a `traceparent`
         there is no trace to join (`headers` has lower-case names, as for `pick`)."""
-        ctx = client_context(headers)
-        if ctx is None:
+        with in_client_trace(headers):
             return await self.pick(parsed, headers)
-        token = otel_context.attach(ctx)
-        try:
-            return await self.pick(parsed, headers)
-        finally:
-            otel_context.detach(token)
 
     def dispatched(self, pick: Pick, pod: PodState) -> None:
         """The request is being sent to `pod`: count it in flight and teach the prefix index."""

@@ -16,6 +16,7 @@ from common.telemetry import (
     JsonFormatter,
     client_context,
     extract_context,
+    in_client_trace,
     inject_traceparent,
     memory_exporter,
     redact,
@@ -167,6 +168,22 @@ def test_client_context_joins_a_traceparent_only(json_log: tuple[logging.Logger,
     finally:
         otel_context.detach(token)
     assert json.loads(stream.getvalue())["trace_id"] == trace_id
+
+
+def test_in_client_trace_joins_for_its_body_only(json_log: tuple[logging.Logger, io.StringIO]) -> None:
+    """The `with` form both tiers use: inside, the client's trace; after, the context as before;
+    without a `traceparent`, the context is left as it was."""
+    logger, stream = json_log
+    trace_id = "5bf92f3577b34da6a3ce929d0e0e4738"
+    before = otel_context.get_current()
+    with in_client_trace({"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"}):
+        logger.info("inside")
+    assert otel_context.get_current() == before
+    with in_client_trace({"content-type": "application/json"}):
+        assert otel_context.get_current() == before
+        logger.info("no trace")
+    inside, plain = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert inside["trace_id"] == trace_id and "trace_id" not in plain
 
 
 def test_setup_logging_installs_one_handler_and_rejects_bad_levels(

@@ -3,7 +3,7 @@
 `fleetgate bench throughput` reports a row's whole process tree; a trim of one tier shows better
 per process, and in alternating runs of two checkouts (the machine's noise is larger than most
 trims). Each run starts the static backend and the row exactly as the throughput bench does, then
-either drives wrk at concurrency 64 (`--mode wrk`), rounds of concurrent 50-chunk streams
+either drives wrk at concurrency 64 (`--mode wrk`; `--connections` for another), rounds of concurrent 50-chunk streams
 (`--mode streams`), or requests at a fixed low rate (`--mode paced`, the throughput bench's added-
 latency column: what one request costs when it arrives alone), reading each process's CPU from
 /proc around the measured window. `--mode paced` first reads each process's idle CPU over the same
@@ -13,6 +13,7 @@ rows exist only here: `floor-raw`, `floor-pool` and `floor-server`, the calibrat
 `bench.floor_proxies` (a lone request's cost below Fleetgate's request logic).
 
     python -m bench.row_cpu global --mode wrk --seconds 8
+    python -m bench.row_cpu envoy-authz --mode wrk --connections 8   # the flatness check's low end
     python -m bench.row_cpu embedded --mode paced --rate 20 --seconds 20
     python -m bench.row_cpu floor-server --mode paced --rate 20 --seconds 20
     # A/B: run it from two checkouts in turn, e.g. with a worktree of the older commit:
@@ -32,17 +33,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench import procstat, rawclient, throughput_fronts, wrk
-from bench.throughput import LOCAL, ROWS, added, chat_body, start_front
+from bench.throughput import LOCAL, ROWS, added, chat_body, envoy_workers, start_front
 
 CHUNKS = 50
 # rows of this tool only: the calibration proxies, same backend, same measurement
 FLOOR_ROWS = {"floor-raw": "raw", "floor-pool": "pool", "floor-server": "server"}
 
 
-def _start(key: str, launch: throughput_fronts.Launcher, backend: str) -> throughput_fronts.Front:
+def _start(
+    key: str, launch: throughput_fronts.Launcher, backend: str, envoy_concurrency: int
+) -> throughput_fronts.Front:
     if key in FLOOR_ROWS:
         return throughput_fronts.floor_proxy(launch, backend, FLOOR_ROWS[key])
-    return start_front(key, launch, backend, 2)
+    return start_front(key, launch, backend, envoy_concurrency)
 
 
 def _processes(roots: list[int]) -> dict[int, str]:
@@ -98,7 +101,14 @@ def _paced(
 
 
 def measure(
-    key: str, mode: str, seconds: float, streams: int, rounds: int, rate: float = 20.0
+    key: str,
+    mode: str,
+    seconds: float,
+    streams: int,
+    rounds: int,
+    rate: float = 20.0,
+    connections: int = 64,
+    envoy_concurrency: int | None = None,
 ) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="fleetgate-row-cpu-") as tmp:
         workdir = Path(tmp)
@@ -107,7 +117,8 @@ def measure(
         (workdir / "row").mkdir()
         try:
             direct = throughput_fronts.static_backend(backend, chunks=CHUNKS, interval_ms=10)
-            front = _start(key, row, direct.url)
+            envoy = envoy_workers() if envoy_concurrency is None else envoy_concurrency
+            front = _start(key, row, direct.url, envoy)
             names = _processes(front.pids)
             path = "/v1/chat/completions"
             extra: dict[str, object]
@@ -118,12 +129,12 @@ def measure(
             elif mode == "wrk":
                 script = workdir / "post.lua"
                 script.write_text(wrk.lua_script(chat_body(), front.headers))
-                wrk.run(front.url + path, script, 64, 3)  # warm
+                wrk.run(front.url + path, script, connections, 3)  # warm
                 before = _cpu(names)
-                res = wrk.run(front.url + path, script, 64, seconds)
+                res = wrk.run(front.url + path, script, connections, seconds)
                 after = _cpu(names)
                 units = res.requests
-                extra = {"rps": round(res.ok_rps), "errors": res.errors}
+                extra = {"connections": connections, "rps": round(res.ok_rps), "errors": res.errors}
             else:
                 raw = rawclient.build_request(
                     LOCAL, front.port, path, chat_body(True, max_tokens=CHUNKS), front.headers
@@ -175,10 +186,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=20.0, help="paced: requests/s to the row")
     ap.add_argument("--streams", type=int, default=1000, help="concurrent streams per round")
     ap.add_argument("--rounds", type=int, default=2, help="rounds of streams")
+    ap.add_argument(
+        "--connections",
+        type=int,
+        default=64,
+        help="wrk: concurrency (the bench's flatness check uses 8 and 128)",
+    )
+    ap.add_argument(
+        "--envoy-concurrency", type=int, default=envoy_workers(), help="Envoy rows: worker threads"
+    )
     args = ap.parse_args(argv)
     wrk.ensure_installed()
     rawclient.raise_nofile()
-    print(json.dumps(measure(args.row, args.mode, args.seconds, args.streams, args.rounds, args.rate)))
+    print(
+        json.dumps(
+            measure(
+                args.row,
+                args.mode,
+                args.seconds,
+                args.streams,
+                args.rounds,
+                args.rate,
+                args.connections,
+                args.envoy_concurrency,
+            )
+        )
+    )
     return 0
 
 

@@ -257,6 +257,19 @@ STARTERS: dict[str, _Starter] = {
 }
 
 
+def envoy_workers(cores: int | None = None) -> int:
+    """Envoy's worker threads in the Envoy rows: half the machine's cores, at least one.
+
+    Envoy's own default is one per core, which suits a machine of its own. Here it shares the cores
+    with the picker's serving processes (one per core by default) and the backend, and at c64 it
+    spends about half of the row's CPU, so its share is about half the machine; an operator sizes
+    its workers to the CPU it gets (Envoy Gateway and Istio derive them from the CPU limit). On
+    2 cores, 1 worker against 2 cost Envoy 12-24% less CPU per request in 7 of 7 alternated pairs
+    (`python -m bench.row_cpu envoy-authz`) and served 0-10% more requests per second
+    (bench/RESULTS.md). `--envoy-concurrency` runs Envoy's default for comparison."""
+    return max(1, (cores if cores is not None else os.cpu_count() or 1) // 2)
+
+
 def start_front(key: str, launch: fronts.Launcher, backend: str, envoy_concurrency: int) -> fronts.Front:
     return STARTERS[key](launch, backend, envoy_concurrency)
 
@@ -524,8 +537,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--envoy-concurrency",
         type=int,
-        default=os.cpu_count() or 1,
-        help="Envoy worker threads (default: cores, Envoy's own default)",
+        default=envoy_workers(),
+        help="Envoy worker threads (default: half the cores, its share of the machine; Envoy's own "
+        "default is one per core)",
     )
     ap.add_argument("--out", type=Path, help="markdown table (default bench/results/throughput[_quick].md)")
     args = ap.parse_args(argv)

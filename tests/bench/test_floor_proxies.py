@@ -33,7 +33,7 @@ def _two_requests_on_one_connection(url: str) -> list[httpx.Response]:
 def test_floor_proxy_relays_the_backends_answers(row: str, backend: str, tmp_path: Path) -> None:
     launch = throughput_fronts.Launcher(tmp_path)
     try:
-        front = _start(row, launch, backend)  # waits until a completion through it answered 200
+        front = _start(row, launch, backend, 1)  # waits until a completion through it answered 200
         direct = _two_requests_on_one_connection(backend)
         via = _two_requests_on_one_connection(front.url)
         assert [r.status_code for r in via] == [200, 200]

@@ -172,3 +172,7 @@ def test_rows_failing_every_run_and_missing_baseline() -> None:
     by_key = {"embedded": [_run("embedded", "Fleetgate embedded proxy", 3000, 1.0)]}
     text = tp.render(by_key, tp.QUICK)
     assert "| Fleetgate embedded proxy | 3,000 | n/a |" in text  # no sglang-router row: no ratio
+
+
+def test_envoy_gets_half_the_cores_and_at_least_one_worker() -> None:
+    assert [tp.envoy_workers(n) for n in (1, 2, 3, 8)] == [1, 1, 1, 4]

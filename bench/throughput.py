@@ -262,11 +262,11 @@ def envoy_workers(cores: int | None = None) -> int:
 
     Envoy's own default is one per core, which suits a machine of its own. Here it shares the cores
     with the picker's serving processes (one per core by default) and the backend, and at c64 it
-    spends about half of the row's CPU, so its share is about half the machine; an operator sizes
-    its workers to the CPU it gets (Envoy Gateway and Istio derive them from the CPU limit). On
-    2 cores, 1 worker against 2 cost Envoy 12-24% less CPU per request in 7 of 7 alternated pairs
-    (`python -m bench.row_cpu envoy-authz`) and served 0-10% more requests per second
-    (bench/RESULTS.md). `--envoy-concurrency` runs Envoy's default for comparison."""
+    spends about half of the row's CPU, so its share is about half the machine. An operator sizes
+    Envoy's workers to the CPU it gets (Istio derives them from the proxy's CPU limit, Envoy Gateway
+    passes `--cpuset-threads`). On 2 cores, 1 worker against 2 cost Envoy 12-24% less CPU per
+    request in 5 of 5 alternated pairs (`python -m bench.row_cpu envoy-authz`) and served up to 11%
+    more requests per second (bench/RESULTS.md). `--envoy-concurrency` runs Envoy's default."""
     return max(1, (cores if cores is not None else os.cpu_count() or 1) // 2)
 
 

@@ -73,23 +73,40 @@ def expect_in_file(
     path: Path, pattern: str, count: int, proc: subprocess.Popen[Any], timeout: float = 30.0
 ) -> list[str]:
     """`expect` for a process whose output goes to a file (`path`), not a pipe: each match's group 1,
-    in the order printed, once `count` lines match. The servers bind port 0 and print where they
-    listen, so a block of free ports never has to be guessed (after a load test, thousands of
+    in the order printed, once `count` complete lines match. The servers bind port 0 and print where
+    they listen, so a block of free ports never has to be guessed (after a load test, thousands of
     loopback ports sit in TIME_WAIT and a guessed block is often taken). RuntimeError when `proc`
-    exits first or the deadline passes."""
-    rx = re.compile(pattern, re.MULTILINE)
+    exits first (after a last read: what it wrote before exiting counts) or the deadline passes."""
+    rx = re.compile(pattern)
     deadline = time.monotonic() + timeout
     found: list[str] = []
-    while True:
-        text = path.read_text(errors="replace") if path.exists() else ""
-        found = [m.group(1) for m in rx.finditer(text)]
-        if len(found) >= count:
-            return found[:count]
-        if proc.poll() is not None:
-            raise RuntimeError(f"exited with {proc.returncode} after {len(found)} of {count} x {pattern!r}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{len(found)} of {count} x {pattern!r} after {timeout:.0f} s")
-        time.sleep(0.02)  # the next poll of the file
+    with contextlib.ExitStack() as files:
+        reader: IO[str] | None = None
+        partial = ""  # a line not yet ended: its match could be cut short
+
+        def read_new() -> None:
+            nonlocal reader, partial
+            if reader is None:
+                if not path.exists():
+                    return
+                reader = files.enter_context(path.open(errors="replace"))
+            *lines, partial = (partial + reader.read()).split("\n")
+            found.extend(m.group(1) for line in lines if (m := rx.search(line)))
+
+        while True:
+            read_new()
+            if len(found) >= count:
+                return found[:count]
+            if proc.poll() is not None:
+                read_new()
+                if len(found) >= count:
+                    return found[:count]
+                raise RuntimeError(
+                    f"exited with {proc.returncode} after {len(found)} of {count} x {pattern!r}"
+                )
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{len(found)} of {count} x {pattern!r} after {timeout:.0f} s")
+            time.sleep(0.02)  # the next poll of the file
 
 
 def _drain(pipe: Iterable[Any]) -> None:

@@ -74,6 +74,17 @@ def io_calls(pid: int) -> tuple[int, int]:
     return int(fields["syscr"]), int(fields["syscw"])
 
 
+def tcp_active_opens() -> int:
+    """TCP connections this host has opened (/proc/net/snmp `Tcp: ActiveOpens`, system-wide): the
+    difference around a storm, less the client's own, is how many connections the row's hops had
+    to open (a pool growing) rather than reuse."""
+    rows = [
+        line.split() for line in Path("/proc/net/snmp").read_text().splitlines() if line.startswith("Tcp:")
+    ]
+    names, values = rows[0], rows[1]
+    return int(values[names.index("ActiveOpens")])
+
+
 def _status_kb(pid: int, key: str) -> int:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():

@@ -5,7 +5,7 @@ per process, and in alternating runs of two checkouts (the machine's noise is la
 trims). Each run starts the static backend and the row exactly as the throughput bench does (Envoy
 with `--envoy-concurrency` workers, by default the bench's), then either drives wrk at concurrency
 64 (`--mode wrk`; `--connections` for another), rounds of concurrent 50-chunk streams (`--mode
-streams`), or requests at a fixed low rate (`--mode paced`, the throughput bench's added-latency
+streams`, each round's TTFB p99, CPU and new connections too), or requests at a fixed low rate (`--mode paced`, the throughput bench's added-latency
 column: what one request costs when it arrives alone), reading each process's CPU from /proc
 around the measured window. `--mode paced` first reads each process's idle CPU over the same
 window (background work: pool feed ticks, scrapes) and reports CPU per request above it, with the
@@ -15,6 +15,7 @@ rows exist only here: `floor-raw`, `floor-pool` and `floor-server`, the calibrat
 
     python -m bench.row_cpu global --mode wrk --seconds 8
     python -m bench.row_cpu envoy-authz --mode wrk --connections 8   # the flatness check's low end
+    python -m bench.row_cpu global --mode streams --streams 2000 --rounds 3 --warm-streams 500  # per round
     python -m bench.row_cpu embedded --mode paced --rate 20 --seconds 20
     python -m bench.row_cpu floor-server --mode paced --rate 20 --seconds 20
     # A/B: run it from two checkouts in turn, e.g. with a worktree of the older commit:
@@ -70,6 +71,10 @@ def above_idle(idle_cpu_s: float, idle_s: float, busy_cpu_s: float, busy_s: floa
     return busy_cpu_s - idle_cpu_s * busy_s / idle_s if idle_s > 0 else busy_cpu_s
 
 
+def _p99_ms(seconds: list[float]) -> int | None:
+    return round(sorted(seconds)[int(len(seconds) * 0.99)] * 1000) if seconds else None
+
+
 def _cpu(names: dict[int, str]) -> dict[int, float]:
     return {p: procstat.cpu_seconds({p}) for p in names}
 
@@ -110,6 +115,7 @@ def measure(
     rate: float = 20.0,
     connections: int = 64,
     envoy_concurrency: int | None = None,
+    warm: int = 100,
 ) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="fleetgate-row-cpu-") as tmp:
         workdir = Path(tmp)
@@ -140,24 +146,38 @@ def measure(
                 raw = rawclient.build_request(
                     LOCAL, front.port, path, chat_body(True, max_tokens=CHUNKS), front.headers
                 )
-                asyncio.run(rawclient.concurrent_streams(LOCAL, front.port, raw, 100, CHUNKS, 30))  # warm
+                asyncio.run(rawclient.concurrent_streams(LOCAL, front.port, raw, warm, CHUNKS, 30))
                 calls_before = {p: procstat.io_calls(p) for p in names}
                 before = _cpu(names)
                 ttfb: list[float] = []
                 errors = 0
+                per_round = []
                 for _ in range(rounds):
+                    cpu0, opens0 = _cpu(names), procstat.tcp_active_opens()
                     sr = asyncio.run(
                         rawclient.concurrent_streams(LOCAL, front.port, raw, streams, CHUNKS, 30)
                     )
+                    cpu1, opens1 = _cpu(names), procstat.tcp_active_opens()
                     ttfb += sr.ttfb_s
                     errors += sum(sr.errors.values())
+                    per_round.append(
+                        {
+                            "ttfb_p99_ms": _p99_ms(sr.ttfb_s),
+                            "ms_per_stream": {
+                                names[p]: round((cpu1[p] - cpu0[p]) / streams * 1000, 3) for p in names
+                            },
+                            # connections the row's hops opened (not reused): the host's count less the client's
+                            "new_connections": opens1 - opens0 - streams,
+                        }
+                    )
                 after = _cpu(names)
                 calls = {p: procstat.io_calls(p) for p in names}
-                ttfb.sort()
                 units = streams * rounds
                 extra = {
                     "errors": errors,
-                    "ttfb_p99_ms": round(ttfb[int(len(ttfb) * 0.99)] * 1000) if ttfb else None,
+                    "ttfb_p99_ms": _p99_ms(ttfb),
+                    # a process's first storm at a size is its dearest (pools grow, the heap grows)
+                    "rounds": per_round,
                     # reads and writes per stream of CHUNKS chunks: fewer reads than chunks when
                     # the relay lags and chunks queue up (the per-stream CPU then falls with load)
                     "reads_writes_per_stream": [
@@ -188,13 +208,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--streams", type=int, default=1000, help="concurrent streams per round")
     ap.add_argument("--rounds", type=int, default=2, help="rounds of streams")
     ap.add_argument(
+        "--warm-streams",
+        type=int,
+        default=100,
+        help="streams: concurrent streams before the measured rounds (the throughput bench's storm follows 500)",
+    )
+    ap.add_argument(
         "--connections",
         type=int,
         default=64,
         help="wrk: concurrency (the bench's flatness check uses 8 and 128)",
     )
     ap.add_argument(
-        "--envoy-concurrency", type=int, default=envoy_workers(), help="Envoy rows: worker threads"
+        "--envoy-concurrency",
+        type=int,
+        help="Envoy rows: worker threads (default: the bench's, half the cores)",
     )
     args = ap.parse_args(argv)
     wrk.ensure_installed()
@@ -207,9 +235,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.seconds,
                 args.streams,
                 args.rounds,
-                args.rate,
-                args.connections,
-                args.envoy_concurrency,
+                rate=args.rate,
+                connections=args.connections,
+                envoy_concurrency=args.envoy_concurrency,
+                warm=args.warm_streams,
             )
         )
     )

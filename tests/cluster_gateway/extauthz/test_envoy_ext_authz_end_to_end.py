@@ -24,7 +24,12 @@ from cluster_gateway.extproc.envoy_config import envoy_bootstrap
 from cluster_gateway.gateway import ClusterGateway
 from modelsim.fleet import PodSpec, SimFleet
 from tests.cluster_gateway.extproc.test_envoy_end_to_end import chat, envoy_process, picked_ok, until_released
-from tests.cluster_gateway.integration.conftest import gateway_spec, served_requests, wait_ready
+from tests.cluster_gateway.integration.conftest import (
+    freeze_scrapes,
+    gateway_spec,
+    served_requests,
+    wait_ready,
+)
 from tests.eventually import eventually
 
 pytestmark = pytest.mark.envoy
@@ -158,9 +163,7 @@ async def test_override_host_mode_fails_over_to_the_checks_ranked_fallbacks(tmp_
         await gw.start()
         try:
             await wait_ready(gw, len(specs))
-            # no second scrape mid-test (it comes at a random phase within the interval): a failed scrape
-            # of the crashed pod would drop it from the fresh set before Envoy ever tries it
-            gw.scraper.skip = lambda _name: True
+            freeze_scrapes(gw)  # the pool keeps believing pod 0 is fine
             pods = [(p.endpoint.address, p.endpoint.port) for p in gw.pool.pods()]
             bootstrap = envoy_bootstrap(
                 listen_port=0,

@@ -25,7 +25,13 @@ from cluster_gateway.extproc.envoy_config import envoy_bootstrap
 from cluster_gateway.gateway import ClusterGateway
 from common.tokens import count_tokens
 from modelsim.fleet import PodSpec, SimFleet
-from tests.cluster_gateway.integration.conftest import MODEL, gateway_spec, served_requests, wait_ready
+from tests.cluster_gateway.integration.conftest import (
+    MODEL,
+    freeze_scrapes,
+    gateway_spec,
+    served_requests,
+    wait_ready,
+)
 from tests.eventually import eventually
 
 pytestmark = pytest.mark.envoy
@@ -213,7 +219,7 @@ async def test_a_large_prompt_streams_through_the_picker_intact(tmp_path: Path) 
 async def test_override_host_mode_fails_over_to_the_pickers_ranked_fallbacks(tmp_path: Path) -> None:
     """STATIC pod cluster + override_host LB: the picked pod is dead, Envoy retries the `envoy.lb` fallbacks."""
     specs = [PodSpec(profile="tiny") for _ in range(3)]
-    # one scrape when the pool fills, then none during the test (see `skip` below): the pool keeps believing
+    # one scrape when the pool fills, then none during the test (`freeze_scrapes`): the pool keeps believing
     # the dead pod is fine, and no scrape of pods 1-2 resets the dispatches that make pod 0 the first choice
     slow = {"intervalMs": 60000, "maxStalenessMs": 120000}
     async with SimFleet(specs) as fleet:
@@ -223,10 +229,7 @@ async def test_override_host_mode_fails_over_to_the_pickers_ranked_fallbacks(tmp
         await gw.start()
         try:
             await wait_ready(gw, len(specs))
-            # Each pod's second scrape comes at a random phase within the interval, so under load it can land
-            # mid-test: a failed scrape of the crashed pod drops it from the fresh set before Envoy ever tries
-            # it. From here on every due scrape counts as kept fresh elsewhere (as under scrape sharing).
-            gw.scraper.skip = lambda _name: True
+            freeze_scrapes(gw)  # the pool keeps believing pod 0 is fine
             pods = [(p.endpoint.address, p.endpoint.port) for p in gw.pool.pods()]
             bootstrap = envoy_bootstrap(listen_port=0, extproc_port=gw.extproc_port, admin_port=0, pods=pods)
             async with (

@@ -6,7 +6,7 @@ import asyncio
 import json
 import time
 
-from tests.cluster_gateway.integration.conftest import chat, running, served_requests, tiny
+from tests.cluster_gateway.integration.conftest import chat, freeze_scrapes, running, served_requests, tiny
 
 from .helpers import is_openai_error, load, success_share, until
 
@@ -47,6 +47,7 @@ async def test_every_pod_hung_gives_a_json_503_after_the_timeouts() -> None:
 async def test_a_killed_pod_loses_none_of_its_queued_streams() -> None:
     pods = [tiny(max_num_seqs=1, time_scale=6.0), tiny(), tiny()]
     async with running(pods, scrape=SLOW_SCRAPES) as (fleet, gw, c):
+        freeze_scrapes(gw)
         doomed = fleet.urls[0]
         for other in fleet.urls[1:]:  # the pool sees pods 1 and 2 busy: everything goes to pod 0
             for _ in range(20):

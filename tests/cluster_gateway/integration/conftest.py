@@ -45,6 +45,15 @@ async def wait_ready(gw: ClusterGateway, n_pods: int, within_s: float = 10.0) ->
     await eventually(ready, within=within_s, what=f"{n_pods} pods with fresh metrics and model lists")
 
 
+def freeze_scrapes(gw: ClusterGateway) -> None:
+    """No more scrapes from here on: the pool keeps what it last read, so a test can fault a pod the
+    gateway still believes healthy. A long interval alone does not do it: each pod's second scrape comes
+    at a random phase within the interval and, on a loaded machine, can land mid-test (a failed scrape
+    of the faulted pod drops it from the fresh set before the data path ever tries it). Every due
+    scrape now counts as kept fresh elsewhere, as a peer replica's shard is under scrape sharing."""
+    gw.scraper.skip = lambda _name: True
+
+
 @contextlib.asynccontextmanager
 async def running(
     specs: list[PodSpec], **overrides: Any

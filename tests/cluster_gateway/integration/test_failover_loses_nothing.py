@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import collections
 
-from .conftest import chat, running, served_requests, tiny
+from .conftest import chat, freeze_scrapes, running, served_requests, tiny
 
 
 async def test_connection_refused_is_retried_on_the_next_pod_and_nothing_is_lost() -> None:
     # Slow scrapes: the pool still believes the crashed pod is healthy, so the picker chooses it.
     slow = {"intervalMs": 5000, "maxStalenessMs": 20000}
     async with running([tiny(), tiny(), tiny()], scrape=slow) as (fleet, gw, c):
+        freeze_scrapes(gw)
         dead = fleet.urls[0]
         for other in fleet.urls[1:]:  # make the doomed pod the best-ranked choice
             for _ in range(4):

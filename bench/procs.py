@@ -94,13 +94,11 @@ def expect_in_file(
             found.extend(m.group(1) for line in lines if (m := rx.search(line)))
 
         while True:
+            exited = proc.poll() is not None  # polled before the read: a line written before the exit counts
             read_new()
             if len(found) >= count:
                 return found[:count]
-            if proc.poll() is not None:
-                read_new()
-                if len(found) >= count:
-                    return found[:count]
+            if exited:
                 raise RuntimeError(
                     f"exited with {proc.returncode} after {len(found)} of {count} x {pattern!r}"
                 )

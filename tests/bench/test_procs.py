@@ -190,6 +190,14 @@ def test_expect_in_file_fails_fast_when_the_process_exits_first(tmp_path: Path) 
     assert time.monotonic() - t0 < 10  # the exit ended the wait, not the deadline
 
 
+def test_expect_in_file_counts_complete_lines_written_before_the_exit(tmp_path: Path) -> None:
+    log = tmp_path / "out.log"
+    with log.open("wb") as out:
+        p = subprocess.Popen([sys.executable, "-c", "print('port 7'); print('port 8')"], stdout=out)
+    p.wait()  # gone before the first look at the file: its lines still count
+    assert procs.expect_in_file(log, r"port (\d+)", 2, p, timeout=30) == ["7", "8"]
+
+
 def test_expect_in_file_gives_up_after_its_deadline(
     tmp_path: Path, started: list[subprocess.Popen[str]]
 ) -> None:

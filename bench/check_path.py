@@ -19,8 +19,7 @@ import time
 from collections.abc import Sequence
 
 from cluster_gateway.data_plane import DataPlane
-from cluster_gateway.extauthz.check import CHECK_PREFIX
-from cluster_gateway.extauthz.ledger import PICK_HEADER
+from cluster_gateway.envoy_front.contract import CHECK_PREFIX, PICK_HEADER
 from cluster_gateway.observability import GatewayMetrics
 from cluster_gateway.pool import Endpoint, EndpointPool, PodMetrics
 from common.config.gateway import GatewaySpec

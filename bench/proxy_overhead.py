@@ -313,7 +313,7 @@ async def extproc_pick(port: int, n: int) -> list[Row]:
 
 
 async def via_envoy(pods: list[str], extproc_port: int, n: int, samples: Samples | None = None) -> list[Row]:
-    from cluster_gateway.extproc.envoy_config import envoy_bootstrap
+    from cluster_gateway.envoy_front.bootstrap import envoy_bootstrap
 
     envoy = Path(sys.executable).parent / "envoy"
     binary = str(envoy) if envoy.exists() else shutil.which("envoy")

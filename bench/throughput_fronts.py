@@ -228,7 +228,7 @@ def envoy(
     """Envoy in front of the gateway's picker: an ext_proc stream per request, or (`ext_authz`) an
     HTTP check on the gateway's port with the ends reported by Envoy's access log. `workers`: the
     gateway's serving processes (default: its own, one per core)."""
-    from cluster_gateway.extproc.envoy_config import envoy_bootstrap
+    from cluster_gateway.envoy_front.bootstrap import envoy_bootstrap
 
     binary = envoy_binary()
     if binary is None:

@@ -13,13 +13,14 @@ import logging
 import socket
 
 from cluster_gateway.auth import build_authenticator
-from cluster_gateway.extauthz.check import CHECK_PREFIX, PickCheck
+from cluster_gateway.envoy_front.access_log import AccessLogService, OutcomeFeed
+from cluster_gateway.envoy_front.contract import CHECK_PREFIX
+from cluster_gateway.envoy_front.tls import server_credentials
+from cluster_gateway.envoy_front.token import EnvoyToken
+from cluster_gateway.extauthz.check import PickCheck
 from cluster_gateway.extauthz.ledger import PickLedger
 from cluster_gateway.extauthz.release import ReleaseRouter
-from cluster_gateway.extproc.access_log import AccessLogService, OutcomeFeed
-from cluster_gateway.extproc.envoy_token import EnvoyToken
 from cluster_gateway.extproc.server import ExtProcServer, PickerService
-from cluster_gateway.extproc.tls import server_credentials
 from cluster_gateway.observability import GatewayMetrics
 from cluster_gateway.pool import EndpointPool
 from cluster_gateway.proxy.app import ProxyApp

@@ -38,7 +38,7 @@ from global_router.readiness import Readiness
 from global_router.selection import ClusterSelector
 from global_router.stream_lease import RedisStreamLease
 from global_router.tenants import TenantDirectory
-from global_router.worker_process import RouterWorkers
+from global_router.workers import RouterWorkers
 
 log = logging.getLogger("fleetgate.router")
 

@@ -8,6 +8,8 @@ drains and the rate limits from Redis exactly like another replica would (pub/su
 the limits live in one process, so the router refuses more than one worker there.
 
     python -m global_router.worker_process --config FILE --worker K --port P
+
+(`workers.py` is the main process's side: it writes the config and starts these.)
 """
 
 from __future__ import annotations
@@ -17,43 +19,18 @@ import asyncio
 import logging
 import os
 import signal
-import sys
-import tempfile
 from pathlib import Path
 
 import msgspec
 
 from common.config.router import GlobalRouterConfig
-from common.worker_processes import WorkerProcesses, die_with_parent
+from common.worker_processes import die_with_parent
+from global_router.router import GlobalRouter
 
 log = logging.getLogger("fleetgate.router.workers")
 
 
-class RouterWorkers(WorkerProcesses):
-    """The main router's workers; each reads the router's config from a private temp file."""
-
-    def __init__(self, cfg: GlobalRouterConfig, count: int, port: int) -> None:
-        self._dir = tempfile.TemporaryDirectory(prefix="fleetgate-router-workers-")
-        self._config = Path(self._dir.name) / "router.json"  # 0600 in a 0700 directory
-        self._config.write_bytes(msgspec.json.encode(cfg))
-        self.port = port
-        super().__init__("router", count, self._command)
-
-    def _command(self, worker: int) -> list[str]:
-        level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
-        return [
-            sys.executable, "-m", "global_router.worker_process", "--config", str(self._config),
-            "--worker", str(worker), "--port", str(self.port), "--log-level", level,
-        ]  # fmt: skip
-
-    async def stop(self, grace_s: float = 8.0) -> None:
-        await super().stop(grace_s)
-        self._dir.cleanup()
-
-
 async def _serve(cfg: GlobalRouterConfig, args: argparse.Namespace) -> int:
-    from global_router.router import GlobalRouter
-
     router = GlobalRouter(cfg, http_port=args.port, capacity_server=False, reuse_port=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -21,8 +21,9 @@ import asyncio
 import logging
 
 from cluster_gateway.auth import GatewayAuthenticator
-from cluster_gateway.extauthz.ledger import PICK_HEADER, OpenPick, PickLedger
-from cluster_gateway.extproc.envoy_token import ENVOY_TOKEN_HEADER, EnvoyToken
+from cluster_gateway.envoy_front.contract import CHECK_PREFIX, ENDPOINTS_HEADER, PICK_HEADER
+from cluster_gateway.envoy_front.token import ENVOY_TOKEN_HEADER, EnvoyToken
+from cluster_gateway.extauthz.ledger import OpenPick, PickLedger
 from cluster_gateway.observability import CANCELLED, OK, REJECTED, SHED, UPSTREAM_ERROR, GatewayMetrics
 from cluster_gateway.request_path.dispatch import Dispatcher
 from cluster_gateway.request_path.headers import DESTINATION_HEADER, client_headers
@@ -35,13 +36,9 @@ from common.openai_request import CHAT_PATH, COMPLETIONS_PATH, MAX_JSON_DEPTH, p
 
 log = logging.getLogger("fleetgate.gateway.extauthz")
 
-CHECK_PREFIX = (
-    "/_fleetgate/pick"  # Envoy's `http_service.path_prefix`: the check's path is this + the client's
-)
 _INFERENCE_PATHS = frozenset({COMPLETIONS_PATH, CHAT_PATH})
 _REMOVE_HEADER = b"x-envoy-auth-headers-to-remove"
 _TOKEN_HEADER = ENVOY_TOKEN_HEADER.encode()
-ENDPOINTS_HEADER = "x-fleetgate-endpoints"  # the ranked list, for override_host's retries
 _ENDPOINTS = ENDPOINTS_HEADER.encode()
 _DESTINATION = DESTINATION_HEADER.encode()
 _PICK = PICK_HEADER.encode()

@@ -19,12 +19,11 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from cluster_gateway.extproc.access_log import PICK_HEADER
 from cluster_gateway.pool import PodState
 from cluster_gateway.request_path.dispatch import Pick
 from common.nonces import Nonces
 
-__all__ = ["PICK_HEADER", "OpenPick", "PickLedger", "owner"]
+__all__ = ["OpenPick", "PickLedger", "owner"]
 
 NONCE_BYTES = 8
 NONCE_CHARS = 2 * NONCE_BYTES

@@ -13,10 +13,10 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 
+from cluster_gateway.envoy_front.contract import LB_METADATA_NAMESPACE
 from cluster_gateway.request_path.headers import DESTINATION_HEADER
 from common.errors import OpenAIError
 
-LB_METADATA_NAMESPACE = "envoy.lb"
 # Envoy accepts large gRPC messages, but smaller streamed chunks keep its buffers and our
 # per-message latency small; 62 KiB stays under common 64 KiB frame/buffer sizes.
 BODY_CHUNK = 62 * 1024

@@ -4,9 +4,10 @@ Per HTTP request Envoy opens one `ExternalProcessor.Process` stream. The picker 
 headers and the whole body, schedules, and answers with `x-gateway-destination-endpoint: ip:port`
 as a header mutation and the ranked list in dynamic metadata under `envoy.lb`, which an
 ORIGINAL_DST cluster (`use_http_header`) or the override_host policy routes on. Body modes:
-  * STREAMED with `send_body_without_waiting_for_header_response` (envoy_config.py's default): the
-    body follows the headers without waiting; the headers answer carries the pick and each body
-    chunk gets a bare CONTINUE, since Envoy kept the bytes (four small messages, one round trip);
+  * STREAMED with `send_body_without_waiting_for_header_response` (`envoy_front/bootstrap.py`'s
+    default): the body follows the headers without waiting; the headers answer carries the pick and
+    each body chunk gets a bare CONTINUE, since Envoy kept the bytes (four small messages, one round
+    trip);
   * FULL_DUPLEX_STREAMED (Inference Extension's convention): Envoy keeps no copy of the body, so it
     is streamed back unchanged after the headers answer;
   * BUFFERED: the headers are acknowledged first, the pick rides on the body answer (two round trips).
@@ -287,7 +288,7 @@ class ExtProcServer:
         self.service = service
         self.access_log = access_log  # Envoy's access log (access_log.py), on the same port
         self.reuse_port = reuse_port  # gateway workers share the port (SO_REUSEPORT)
-        self.credentials = credentials  # TLS when set (extproc/tls.py builds it from extProc.tls*)
+        self.credentials = credentials  # TLS when set (envoy_front/tls.py builds it from extProc.tls*)
         self._server: grpc.aio.Server | None = None
         self.port = 0
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from cluster_gateway.extproc.tls import server_credentials
+from cluster_gateway.envoy_front.tls import server_credentials
 from cluster_gateway.pool import EndpointPool
 from common.config import load_config_data
 from common.config.gateway import GatewaySpec

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from cluster_gateway.data_plane import DataPlane
-from cluster_gateway.extauthz.check import CHECK_PREFIX
+from cluster_gateway.envoy_front.contract import CHECK_PREFIX
 from cluster_gateway.observability import GatewayMetrics
 from cluster_gateway.pool import EndpointPool
 from common.config.gateway import GatewaySpec

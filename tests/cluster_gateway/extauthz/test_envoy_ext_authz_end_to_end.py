@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cluster_gateway.extproc.envoy_config import envoy_bootstrap
+from cluster_gateway.envoy_front.bootstrap import envoy_bootstrap
 from cluster_gateway.gateway import ClusterGateway
 from modelsim.fleet import PodSpec, SimFleet
 from tests.cluster_gateway.extproc.test_envoy_end_to_end import chat, envoy_process, picked_ok, until_released

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cluster_gateway.extproc.envoy_config import envoy_bootstrap
+from cluster_gateway.envoy_front.bootstrap import envoy_bootstrap
 from cluster_gateway.gateway import ClusterGateway
 from common.tokens import count_tokens
 from modelsim.fleet import PodSpec, SimFleet

@@ -10,7 +10,7 @@ import pytest
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from cluster_gateway.extproc.tls import server_credentials
+from cluster_gateway.envoy_front.tls import server_credentials
 from cluster_gateway.pool import EndpointPool
 from common.config.gateway import ExtProc
 from common.config.loader import ConfigError

@@ -1,6 +1,6 @@
 """The Envoy pieces of the ext_authz picker: the filter, the check cluster, the `/v1/models` route.
 
-`extproc/envoy_config.py` composes them into a bootstrap when asked for `picker="ext_authz"`.
+`bootstrap.py` composes them into a bootstrap when asked for `picker="ext_authz"`.
 What the filter sends is all the picker needs and nothing more: the client's headers (its credential,
 `traceparent`, the routing hints) and the whole body (`with_request_body`, never partial: a pick
 needs the model and the prompt), to `{CHECK_PREFIX}` + the request's path on the gateway's HTTP port.
@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster_gateway.extauthz.check import CHECK_PREFIX, ENDPOINTS_HEADER
-from cluster_gateway.extauthz.ledger import PICK_HEADER
-from cluster_gateway.extproc.envoy_token import ENVOY_TOKEN_HEADER
+from cluster_gateway.envoy_front.contract import CHECK_PREFIX, ENDPOINTS_HEADER, PICK_HEADER
+from cluster_gateway.envoy_front.token import ENVOY_TOKEN_HEADER
 from cluster_gateway.request_path.headers import DESTINATION_HEADER
 
 CHECK_CLUSTER = "fleetgate-check"

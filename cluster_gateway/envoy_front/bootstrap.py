@@ -20,14 +20,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from cluster_gateway.extauthz.envoy_filter import (
+from cluster_gateway.envoy_front.access_log import access_logger
+from cluster_gateway.envoy_front.contract import LB_METADATA_NAMESPACE
+from cluster_gateway.envoy_front.ext_authz_filter import (
     ENDPOINTS_METADATA,
     check_clusters,
     ext_authz_filter,
     models_route,
 )
-from cluster_gateway.extproc.access_log import access_logger
-from cluster_gateway.extproc.messages import LB_METADATA_NAMESPACE
 from cluster_gateway.request_path.headers import DESTINATION_HEADER
 from common.config.gateway import CircuitBreakers
 
@@ -140,7 +140,7 @@ def envoy_bootstrap(
     metadata on connect-failure retries (in Kubernetes the pods would come from EDS instead).
 
     `picker="ext_authz"`: Envoy asks the gateway's HTTP port (`check_port`) for the pod through
-    its ext_authz filter instead of opening an ext_proc stream per request (extauthz/envoy_filter.py;
+    its ext_authz filter instead of opening an ext_proc stream per request (ext_authz_filter.py;
     `check_timeout_s` must exceed the gateway's admission queue timeout).
     """
     # Outcomes and ext_authz releases through Envoy's gRPC access log (access_log.py), unless the

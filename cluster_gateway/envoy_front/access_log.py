@@ -28,13 +28,13 @@ from typing import Any
 import grpc
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
 
-from cluster_gateway.extproc.envoy_token import ENVOY_TOKEN_HEADER, EnvoyToken
+from cluster_gateway.envoy_front.contract import PICK_HEADER
+from cluster_gateway.envoy_front.token import ENVOY_TOKEN_HEADER, EnvoyToken
 from cluster_gateway.pool import EndpointPool, PodState
 from cluster_gateway.request_path.outliers import OutlierDetector
 
 log = logging.getLogger("fleetgate.gateway.accesslog")
 
-PICK_HEADER = "x-fleetgate-pick"  # the ext_authz pick's id (extauthz/ledger.py), logged by Envoy
 # status, response flags ("-" or e.g. "UF,URX"), pod ("-" when none was reached), pick id. Envoy
 # makes the first three (no spaces in any); the pick id comes from a request header, so it is last
 # and read as the rest of the line: a forged header with spaces cannot shift the other fields.

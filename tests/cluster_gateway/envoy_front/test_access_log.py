@@ -9,13 +9,12 @@ import grpc
 import pytest
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
 
-from cluster_gateway.extproc.access_log import LINE_FORMAT, AccessLogService, OutcomeFeed, access_logger
-from cluster_gateway.extproc.envoy_token import EnvoyToken
+from cluster_gateway.envoy_front.access_log import LINE_FORMAT, AccessLogService, OutcomeFeed, access_logger
+from cluster_gateway.envoy_front.token import EnvoyToken
 from cluster_gateway.extproc.server import ExtProcServer
 from cluster_gateway.pool import EndpointPool, PodState
 from cluster_gateway.request_path.outliers import OutlierDetector
-
-from .conftest import add_pod
+from tests.cluster_gateway.extproc.conftest import add_pod
 
 
 class Recorder:

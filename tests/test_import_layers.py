@@ -1,9 +1,9 @@
 """Data flows one way, so imports do too: a test that reads every module's imports.
 
-The rules (README, docs/architecture.md): `common/` imports neither tier; the tiers never import each
-other; inside the cluster gateway, a layer imports only layers before it (discovery → metrics →
-scheduling → request path → the fronts), and the fronts (the embedded proxy, the two Envoy pickers)
-share what they share through `envoy_front/`, never through each other.
+The rules (docs/cluster-gateway.md, "Code layout"): `common/` imports neither tier; the tiers never
+import each other; inside the cluster gateway, a layer imports only layers before it (discovery →
+metrics → scheduling → request path → the fronts), and the fronts (the embedded proxy, the two Envoy
+pickers) share what they share through `envoy_front/`, never through each other.
 """
 
 from __future__ import annotations

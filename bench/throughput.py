@@ -5,8 +5,8 @@ streams of 50 chunks 10 ms apart) sits behind each router in turn, so the router
 direct (the backend alone), the Fleetgate embedded proxy, Envoy + the Fleetgate ext_proc picker,
 Envoy + the ext_authz picker, the Fleetgate global router + a gateway with its capacity agent (the
 last two with the gateway's default serving processes, and with one: they share this box's cores),
-and the peers installed in `.venv-peers` (sglang-router, vllm-router, LiteLLM proxy; `--peers`
-installs the missing ones).
+and the peers installed in `.venv-peers` (sglang-router, vllm-router, LiteLLM proxy on its default
+and with one worker per core; `--peers` installs the missing ones).
 Per router, in this order (the 2,000-stream storm last, so a router it breaks spoils nothing else):
   * req/s at wrk concurrency 64 (non-streaming POSTs), and at 8 and 128 for the CPU-flatness check;
   * added p50/p99 at a fixed 20 req/s, open loop, interleaved with the same requests sent directly;
@@ -222,6 +222,7 @@ ROWS = (
     "sglang",
     "vllm",
     "litellm",
+    "litellm-tuned",
 )
 TITLES = {
     "direct": "direct (backend alone)",
@@ -234,13 +235,23 @@ TITLES = {
     "sglang": "sglang-router",
     "vllm": "vllm-router",
     "litellm": "LiteLLM proxy",
+    "litellm-tuned": "LiteLLM proxy, --num_workers one per core",
 }
-PEER_ROWS = {"sglang": "sglang-router", "vllm": "vllm-router", "litellm": "litellm"}
+PEER_ROWS = {
+    "sglang": "sglang-router",
+    "vllm": "vllm-router",
+    "litellm": "litellm",
+    "litellm-tuned": "litellm",
+}
 
 # The `-w1` rows: the same tier with one gateway serving process instead of one per core (the
 # default). On this box the gateway shares both cores with Envoy (or the router), the backend and the
 # load generator, and a second serving process costs more in switching and cross-process bookkeeping
 # than it adds; an operator co-locating them would size it so (docs/data-path.md, "Sizing").
+# The peers, tuned: sglang-router's and vllm-router's defaults are already their throughput setting
+# (a runtime thread per core; `--max-concurrent-requests` is off in sglang-router and 32,768 in
+# vllm-router, far above the bench's 2,000 streams), so they run once; LiteLLM serves from one uvicorn process unless told otherwise, and its production
+# guide sizes `--num_workers` to the cores, hence `litellm-tuned` next to its default.
 _Starter = Callable[[fronts.Launcher, str, int], fronts.Front]
 STARTERS: dict[str, _Starter] = {
     "embedded": lambda launch, backend, _c: fronts.embedded(launch, backend),
@@ -254,6 +265,7 @@ STARTERS: dict[str, _Starter] = {
     "sglang": lambda launch, backend, _c: fronts.rust_peer(launch, backend, "sglang"),
     "vllm": lambda launch, backend, _c: fronts.rust_peer(launch, backend, "vllm"),
     "litellm": lambda launch, backend, _c: fronts.litellm(launch, backend),
+    "litellm-tuned": lambda launch, backend, _c: fronts.litellm(launch, backend, os.cpu_count() or 1),
 }
 
 

@@ -362,8 +362,10 @@ def rust_peer(launch: Launcher, backend: str, family: str) -> Front:
     return _ready(front, proc, log)
 
 
-def litellm(launch: Launcher, backend: str) -> Front:
-    """LiteLLM proxy with the backend as an OpenAI-compatible model (its defaults otherwise)."""
+def litellm(launch: Launcher, backend: str, workers: int | None = None) -> Front:
+    """LiteLLM proxy with the backend as an OpenAI-compatible model; its defaults otherwise (one
+    uvicorn worker), or `workers` processes (`--num_workers`, its docs' production sizing: one per
+    core)."""
     exe = PEERS_BIN / "litellm"
     if not exe.exists():
         raise StartFailed("litellm not installed in .venv-peers (run with --peers)")
@@ -382,12 +384,13 @@ def litellm(launch: Launcher, backend: str) -> Front:
     cfg.write_text(yaml.safe_dump(doc))
     port = procs.free_port()
     env = {**routing.PEER_ENV, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
-    proc, log = launch.start(
-        "litellm", [str(exe), "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port)], env
-    )
+    cmd = [str(exe), "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port)]
+    if workers is not None:
+        cmd += ["--num_workers", str(workers)]
+    proc, log = launch.start("litellm", cmd, env)
     version = peer_version("litellm")
     front = Front(
-        f"LiteLLM proxy {version}".strip(),
+        f"LiteLLM proxy {version}".strip() + (f", --num_workers {workers}" if workers is not None else ""),
         f"http://127.0.0.1:{port}",
         [proc.pid],
         {"authorization": f"Bearer {key}"},

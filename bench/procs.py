@@ -76,7 +76,8 @@ def expect_in_file(
     in the order printed, once `count` complete lines match. The servers bind port 0 and print where
     they listen, so a block of free ports never has to be guessed (after a load test, thousands of
     loopback ports sit in TIME_WAIT and a guessed block is often taken). RuntimeError when `proc`
-    exits first (after a last read: what it wrote before exiting counts) or the deadline passes."""
+    exits first (after a last read: what it wrote before exiting counts, an unended last line too) or
+    the deadline passes."""
     rx = re.compile(pattern)
     deadline = time.monotonic() + timeout
     found: list[str] = []
@@ -96,6 +97,8 @@ def expect_in_file(
         while True:
             exited = proc.poll() is not None  # polled before the read: a line written before the exit counts
             read_new()
+            if exited and (m := rx.search(partial)):  # its last line, unended: nothing more will come
+                found.append(m.group(1))
             if len(found) >= count:
                 return found[:count]
             if exited:

@@ -198,6 +198,17 @@ def test_expect_in_file_counts_complete_lines_written_before_the_exit(tmp_path: 
     assert procs.expect_in_file(log, r"port (\d+)", 2, p, timeout=30) == ["7", "8"]
 
 
+def test_expect_in_file_counts_an_unended_last_line_once_the_process_is_gone(tmp_path: Path) -> None:
+    """While the process runs, an unended line may be cut mid-write; after its exit it is final."""
+    log = tmp_path / "out.log"
+    with log.open("wb") as out:
+        p = subprocess.Popen(
+            [sys.executable, "-c", "import sys; print('port 7'); sys.stdout.write('port 8')"], stdout=out
+        )
+    p.wait()
+    assert procs.expect_in_file(log, r"port (\d+)", 2, p, timeout=30) == ["7", "8"]
+
+
 def test_expect_in_file_gives_up_after_its_deadline(
     tmp_path: Path, started: list[subprocess.Popen[str]]
 ) -> None:

@@ -35,9 +35,28 @@ def pod_view(p: PodState, inflight: int) -> PodView:
     )
 
 
+def signature(p: PodState) -> tuple[object, ...]:
+    """What a worker copies of a pod: a pod whose signature is unchanged is not sent again. The
+    objects are compared by identity first (a new scrape is a new `PodMetrics`), so it is cheap."""
+    return (
+        p.endpoint,
+        p.metrics,
+        p.consecutive_failures,
+        p.stale,
+        p.inflight,
+        p.dispatched_since_scrape,
+        p.ejected_until,
+        p.base_models,
+        p.adapters,
+        p.adapter_parents,
+        p.catalog_exact,
+    )
+
+
 class _Worker:
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
+        self.needs_full = True  # it just connected: its first snapshot is the whole pool
         self.report = WorkerReport(worker=-1)
         self.releases: list[tuple[str, int]] = []  # due in this worker's next snapshot
         self.metrics_body = b""  # the group's /metrics, due in this worker's next snapshot
@@ -52,6 +71,9 @@ class PoolPublisher:
         self.path = path
         self._workers: list[_Worker] = []
         self._server: asyncio.AbstractServer | None = None
+        self._sent: dict[str, tuple[object, ...]] = {}  # pod → its signature in the last snapshot
+        self._sent_version = -1  # the pool's membership version the last snapshot carried
+        self._sent_acked: dict[int, int] = {}
         self.group = ProcessGroupMetrics()  # the workers' counters (metrics_feed.py)
         self.render: Callable[[], Awaitable[bytes]] | None = None  # the group's /metrics body
         # ext_authz releases (extauthz/release.py): this process's own picks are released by
@@ -135,18 +157,44 @@ class PoolPublisher:
         return out
 
     def publish(self) -> None:
+        """One tick: what changed since the last one, encoded once for every worker; a worker that
+        just connected gets the whole pool, one with a /metrics body or releases due its own copy."""
         if not self._workers:
             return
         if self.own_outbox is not None and (mine := self.own_outbox()):
             self._route_releases(mine)
         pods = self.pool.pods()
+        version = self.pool.version
+        full = version != self._sent_version
+        sent = {} if full else self._sent
+        changed = []
+        for p in pods:
+            sig = signature(p)
+            if full or sent.get(p.name) != sig:
+                changed.append(p)
+                sent[p.name] = sig
+        self._sent, self._sent_version = sent, version
+        acked = {w.report.worker: w.report.seq for w in self._workers if w.report.worker >= 0}
+        news = bool(changed) or acked != self._sent_acked
+        self._sent_acked = acked
+        views = [pod_view(p, p.inflight) for p in changed]
+        every: list[PodView] | None = views if full else None
+        common: bytes | None = None
         for w in self._workers:
-            own = w.report.inflight
-            views = [pod_view(p, p.inflight - own.get(p.name, 0)) for p in pods]
-            if not w.writer.is_closing():
-                w.writer.write(frame(Snapshot(self.pool.version, views, w.metrics_body, w.releases)))
-                w.metrics_body = b""
-                w.releases = []
+            if w.writer.is_closing():
+                continue
+            if w.needs_full or w.metrics_body or w.releases:
+                if w.needs_full:
+                    every = every if every is not None else [pod_view(p, p.inflight) for p in pods]
+                    snap = Snapshot(version, every, True, acked, w.metrics_body, w.releases)
+                else:
+                    snap = Snapshot(version, views, full, acked, w.metrics_body, w.releases)
+                w.writer.write(frame(snap))
+                w.needs_full, w.metrics_body, w.releases = False, b"", []
+            elif news:
+                if common is None:
+                    common = frame(Snapshot(version, views, full, acked))
+                w.writer.write(common)
 
     async def run(self) -> None:
         while True:

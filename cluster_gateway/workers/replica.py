@@ -1,8 +1,9 @@
 """Worker side of the pool feed: keep a replica of the gateway's pool, report this worker's counts.
 
-`inflight` in a snapshot counts the *other* processes' requests (the publisher subtracts this
-worker's own), so the replica's `inflight = local_inflight + remote`: exact for this worker, about
-one tick late for the rest. Ejections are the union of the gateway's and this worker's own.
+A snapshot carries each changed pod's *total* in-flight count and which of this worker's reports
+that total includes (`acked`); the replica subtracts that report's counts, so its `inflight =
+local_inflight + the other processes'`: exact for this worker, about one tick late for the rest.
+Ejections are the union of the gateway's and this worker's own.
 """
 
 from __future__ import annotations
@@ -17,40 +18,7 @@ from cluster_gateway.workers.metrics_feed import SHIP_EVERY_TICKS, ShippedSample
 
 log = logging.getLogger("fleetgate.gateway.worker")
 
-
-def apply_snapshot(pool: EndpointPool, snap: Snapshot, unreported: dict[str, int] | None = None) -> None:
-    """Copy the gateway's view into `pool`, keeping what only this worker knows; `unreported` are
-    this worker's dispatches the gateway has not counted yet (they stay in the burst guard)."""
-    unreported = unreported or {}
-    endpoints = {
-        v.name: Endpoint(
-            name=v.name,
-            address=v.address,
-            port=v.port,
-            engine=v.engine,
-            labels=v.labels,
-            annotations=v.annotations,
-        )
-        for v in snap.pods
-    }
-    current = {p.name: p.endpoint for p in pool.pods()}
-    if current != endpoints:
-        pool.set_endpoints(endpoints.values())
-    for v in snap.pods:
-        pod = pool.get(v.name)
-        if pod is None:
-            continue
-        pod.metrics = v.metrics
-        pod.consecutive_failures = v.consecutive_failures
-        pod.stale = v.stale
-        pod.inflight = pod.local_inflight + v.inflight
-        pod.dispatched_since_scrape = v.dispatched_since_scrape + unreported.get(v.name, 0)
-        if v.ejected_until > pod.ejected_until:
-            pod.ejected_until = v.ejected_until
-        if v.catalog_exact:
-            pool.set_catalog(v.name, v.base_models, v.adapters)
-        elif v.base_models:
-            pool.set_models(v.name, v.base_models)
+MAX_UNACKED = 64  # reports kept until the gateway says which one it counted (a few ticks' worth)
 
 
 class PoolReplica:
@@ -76,13 +44,59 @@ class PoolReplica:
         self._ticks = 0
         self._group_body: asyncio.Future[bytes] | None = None
         self._sent_dispatches: dict[str, int] = {}
+        self._seq = 0
+        self._last: WorkerReport | None = None  # the last report sent
+        self._unacked: dict[int, dict[str, int]] = {}  # seq → the in-flight counts that report sent
+        self._acked: dict[str, int] = {}  # this worker's counts inside the gateway's totals
+        self._totals: dict[str, int] = {}  # pod → every process's in-flight, as last published
         self.synced = asyncio.Event()  # the first snapshot arrived
 
     def unreported(self) -> dict[str, int]:
         sent = self._sent_dispatches
         return {p.name: d for p in self.pool.pods() if (d := p.dispatched_total - sent.get(p.name, 0)) > 0}
 
-    def report(self) -> WorkerReport:
+    def apply(self, snap: Snapshot) -> None:
+        """Copy the gateway's view into the replica, keeping what only this worker knows: its own
+        in-flight requests, and its dispatches the gateway has not counted yet (they stay in the
+        burst guard)."""
+        pool, unreported = self.pool, self.unreported()
+        if snap.full:
+            endpoints = {
+                v.name: Endpoint(v.name, v.address, v.port, v.engine, v.labels, v.annotations)
+                for v in snap.pods
+            }
+            if {p.name: p.endpoint for p in pool.pods()} != endpoints:
+                pool.set_endpoints(endpoints.values())
+            self._totals = {}
+        seq = snap.acked.get(self.worker)
+        own = self._unacked.get(seq, self._acked) if seq is not None else {}
+        if seq is not None:
+            self._unacked = {s: counts for s, counts in self._unacked.items() if s > seq}
+        before, self._acked = self._acked, own
+        touched = {n for n in before.keys() | own.keys() if before.get(n, 0) != own.get(n, 0)}
+        for v in snap.pods:
+            pod = pool.get(v.name)
+            if pod is None:
+                continue
+            touched.add(v.name)
+            self._totals[v.name] = v.inflight
+            pod.metrics = v.metrics
+            pod.consecutive_failures = v.consecutive_failures
+            pod.stale = v.stale
+            pod.dispatched_since_scrape = v.dispatched_since_scrape + unreported.get(v.name, 0)
+            if v.ejected_until > pod.ejected_until:
+                pod.ejected_until = v.ejected_until
+            if v.catalog_exact:
+                pool.set_catalog(v.name, v.base_models, v.adapters)
+            elif v.base_models:
+                pool.set_models(v.name, v.base_models)
+        for name in touched:
+            if (pod := pool.get(name)) is not None:
+                others = self._totals.get(name, 0) - own.get(name, 0)
+                pod.inflight = pod.local_inflight + max(0, others)
+
+    def report(self) -> WorkerReport | None:
+        """This worker's counts, or None when it has nothing new to say (no report is sent)."""
         inflight: dict[str, int] = {}
         ejected: dict[str, float] = {}
         for p in self.pool.pods():
@@ -92,13 +106,26 @@ class PoolReplica:
                 ejected[p.name] = p.ejected_until
         dispatched = self.unreported()
         self._sent_dispatches = {p.name: p.dispatched_total for p in self.pool.pods()}
-        report = WorkerReport(self.worker, inflight, dispatched, self._queued(), ejected)
+        report = WorkerReport(self.worker, 0, inflight, dispatched, self._queued(), ejected)
         if self._releases is not None:
             report.releases = self._releases[0]()
         self._ticks += 1
         want = self._group_body is not None and not self._group_body.done()
         if self._metrics is not None and (want or self._ticks % SHIP_EVERY_TICKS == 0):
             report.want_metrics, report.metrics = want, self._metrics()
+        last = self._last
+        if (
+            last is not None
+            and not (dispatched or report.releases or report.metrics or report.want_metrics)
+            and (inflight, report.queued, ejected) == (last.inflight, last.queued, last.ejected)
+        ):
+            return None
+        self._seq += 1
+        report.seq = self._seq
+        self._last = report
+        self._unacked[self._seq] = inflight
+        if len(self._unacked) > MAX_UNACKED:  # the gateway is far behind: keep the newest
+            del self._unacked[min(self._unacked)]
         return report
 
     async def group_metrics(self, timeout_s: float = 5.0) -> bytes:
@@ -113,14 +140,15 @@ class PoolReplica:
 
         async def send_reports() -> None:
             while True:
-                writer.write(frame(self.report()))
+                if (report := self.report()) is not None:
+                    writer.write(frame(report))
                 await asyncio.sleep(TICK_S)
 
         sender = asyncio.create_task(send_reports())
         try:
             while True:
                 snap = await read_snapshot(reader)
-                apply_snapshot(self.pool, snap, self.unreported())
+                self.apply(snap)
                 if snap.releases and self._releases is not None:
                     for pick_id, status in snap.releases:
                         self._releases[1](pick_id, status)

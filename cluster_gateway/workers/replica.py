@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from cluster_gateway.pool import Endpoint, EndpointPool
+from cluster_gateway.pool import Endpoint, EndpointPool, PodState
 from cluster_gateway.workers.feed import TICK_S, Snapshot, WorkerReport, frame, read_snapshot
 from cluster_gateway.workers.metrics_feed import SHIP_EVERY_TICKS, ShippedSample
 
@@ -51,15 +51,16 @@ class PoolReplica:
         self._totals: dict[str, int] = {}  # pod → every process's in-flight, as last published
         self.synced = asyncio.Event()  # the first snapshot arrived
 
-    def unreported(self) -> dict[str, int]:
-        sent = self._sent_dispatches
-        return {p.name: d for p in self.pool.pods() if (d := p.dispatched_total - sent.get(p.name, 0)) > 0}
+    def _unreported(self, pod: PodState) -> int:
+        """This worker's dispatches to `pod` since its last report (a pod discovered again starts
+        a new count: what was sent for its old self does not apply)."""
+        return max(0, pod.dispatched_total - self._sent_dispatches.get(pod.name, 0))
 
     def apply(self, snap: Snapshot) -> None:
         """Copy the gateway's view into the replica, keeping what only this worker knows: its own
         in-flight requests, and its dispatches the gateway has not counted yet (they stay in the
         burst guard)."""
-        pool, unreported = self.pool, self.unreported()
+        pool = self.pool
         if snap.full:
             endpoints = {
                 v.name: Endpoint(v.name, v.address, v.port, v.engine, v.labels, v.annotations)
@@ -83,7 +84,7 @@ class PoolReplica:
             pod.metrics = v.metrics
             pod.consecutive_failures = v.consecutive_failures
             pod.stale = v.stale
-            pod.dispatched_since_scrape = v.dispatched_since_scrape + unreported.get(v.name, 0)
+            pod.dispatched_since_scrape = v.dispatched_since_scrape + self._unreported(pod)
             if v.ejected_until > pod.ejected_until:
                 pod.ejected_until = v.ejected_until
             if v.catalog_exact:
@@ -99,13 +100,15 @@ class PoolReplica:
         """This worker's counts, or None when it has nothing new to say (no report is sent)."""
         inflight: dict[str, int] = {}
         ejected: dict[str, float] = {}
-        for p in self.pool.pods():
+        pods = self.pool.pods()
+        for p in pods:
             if p.local_inflight:
                 inflight[p.name] = p.local_inflight
             if p.ejected_until:
                 ejected[p.name] = p.ejected_until
-        dispatched = self.unreported()
-        self._sent_dispatches = {p.name: p.dispatched_total for p in self.pool.pods()}
+        sent = self._sent_dispatches
+        dispatched = {p.name: d for p in pods if (d := p.dispatched_total - sent.get(p.name, 0)) > 0}
+        self._sent_dispatches = {p.name: p.dispatched_total for p in pods}  # pods that left drop out
         report = WorkerReport(self.worker, 0, inflight, dispatched, self._queued(), ejected)
         if self._releases is not None:
             report.releases = self._releases[0]()

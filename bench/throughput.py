@@ -250,8 +250,9 @@ PEER_ROWS = {
 # than it adds; an operator co-locating them would size it so (docs/data-path.md, "Sizing").
 # The peers, tuned: sglang-router's and vllm-router's defaults are already their throughput setting
 # (a runtime thread per core; `--max-concurrent-requests` is off in sglang-router and 32,768 in
-# vllm-router, far above the bench's 2,000 streams), so they run once; LiteLLM serves from one uvicorn process unless told otherwise, and its production
-# guide sizes `--num_workers` to the cores, hence `litellm-tuned` next to its default.
+# vllm-router, far above the bench's 2,000 streams), so they run once; LiteLLM serves from one
+# uvicorn process unless told otherwise, and its production guide sizes `--num_workers` to the
+# cores, hence `litellm-tuned` next to its default.
 _Starter = Callable[[fronts.Launcher, str, int], fronts.Front]
 STARTERS: dict[str, _Starter] = {
     "embedded": lambda launch, backend, _c: fronts.embedded(launch, backend),

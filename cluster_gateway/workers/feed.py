@@ -12,7 +12,7 @@ worker, with each pod's *total* in-flight count and, per worker, which of its re
 includes (`acked`); a worker subtracts that report's counts to get the other processes'. A quiet
 tick sends nothing, and a worker with nothing new to say skips its report. Before (a whole pool per
 worker per tick, with the others' counts worked out per worker), an idle gateway with 1,000 pods
-spent ~7% of a core per worker publishing and each worker ~16% reading, so `--workers` on a big
+spent ~7% of a core per worker publishing and each worker ~14-16% reading, so `--workers` on a big
 node would have starved the one process that scrapes.
 
 Bound on the counts: a worker sees another worker's dispatches at most ~2 ticks late (one report,

@@ -6,6 +6,7 @@ from cluster_gateway.extauthz.release import ReleaseRouter
 from cluster_gateway.pool import EndpointPool
 from cluster_gateway.workers.feed import Snapshot, WorkerReport
 from cluster_gateway.workers.publisher import PoolPublisher
+from tests.cluster_gateway.workers.fakes import Writer
 
 
 def pick_id(worker: int, seq: int) -> str:
@@ -24,17 +25,6 @@ def test_own_picks_are_released_here_and_others_wait_in_the_outbox() -> None:
     assert router.drain() == [(pick_id(0, 1), 503), (pick_id(5, 3), 0)] and router.drain() == []
 
 
-class _Writer:
-    def __init__(self) -> None:
-        self.frames: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.frames.append(data)
-
-    def is_closing(self) -> bool:
-        return False
-
-
 def test_the_gateway_process_hands_each_release_to_its_owner() -> None:
     import msgspec
 
@@ -45,7 +35,7 @@ def test_the_gateway_process_hands_each_release_to_its_owner() -> None:
     p = PoolPublisher(EndpointPool(), "/unused")
     p.release_local = lambda pid, status: mine.append((pid, status))
     p.own_outbox = lambda: [own_seen.pop()] if own_seen else []
-    w1, w2 = pub._Worker(_Writer()), pub._Worker(_Writer())  # type: ignore[arg-type]
+    w1, w2 = pub._Worker(Writer()), pub._Worker(Writer())  # type: ignore[arg-type]
     p._workers.extend([w1, w2])
     p._merge(w1, WorkerReport(worker=1))
     # worker 2's access log saw: a pick of the gateway process, one of worker 1, one of nobody

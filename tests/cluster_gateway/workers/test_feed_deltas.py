@@ -12,19 +12,9 @@ from cluster_gateway.pool import Endpoint, EndpointPool, PodMetrics
 from cluster_gateway.workers import publisher as pub
 from cluster_gateway.workers.feed import PodView, Snapshot, WorkerReport
 from cluster_gateway.workers.replica import PoolReplica
+from tests.cluster_gateway.workers.fakes import Writer
 
 _decode = msgspec.msgpack.Decoder(Snapshot).decode
-
-
-class Writer:
-    def __init__(self) -> None:
-        self.frames: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.frames.append(data)
-
-    def is_closing(self) -> bool:
-        return False
 
 
 def snapshots(w: pub._Worker) -> list[Snapshot]:

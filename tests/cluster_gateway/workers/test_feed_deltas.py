@@ -50,6 +50,21 @@ def test_a_new_worker_gets_the_whole_pool_then_only_what_changed_and_a_quiet_tic
     assert snapshots(w2)[-1].full and len(snapshots(w2)[-1].pods) == 4
 
 
+def test_a_worker_that_joins_late_gets_the_whole_pool_while_the_others_get_what_changed() -> None:
+    pool, p, (w1, _w2) = gateway()
+    p.publish()
+    pool.acquire("p2")
+    late = pub._Worker(Writer())  # type: ignore[arg-type]
+    p._workers.append(late)
+    p.publish()
+    joined = snapshots(late)
+    assert len(joined) == 1 and joined[0].full
+    assert {v.name: v.inflight for v in joined[0].pods} == {"p0": 0, "p1": 0, "p2": 1}
+    assert [v.name for v in snapshots(w1)[-1].pods] == ["p2"] and not snapshots(w1)[-1].full
+    p.publish()
+    assert len(snapshots(late)) == 1  # and from then on only what changes
+
+
 def test_workers_without_anything_of_their_own_share_one_encoded_frame() -> None:
     pool, p, (w1, w2) = gateway()
     p.publish()

@@ -7,9 +7,9 @@ with `--envoy-concurrency` workers, by default the bench's), then either drives 
 64 (`--mode wrk`; `--connections` for another), rounds of concurrent 50-chunk streams (`--mode
 streams`, each round's TTFB p99, CPU and new connections too), or requests at a fixed low rate
 (`--mode paced`, the throughput bench's added-latency column: what one request costs when it
-arrives alone), reading each process's CPU from /proc around the measured window. `--mode paced` first reads each process's idle CPU over the same
-window (background work: pool feed ticks, scrapes) and reports CPU per request above it, with the
-added p50/p99 of the same run; the peers' rows work in this mode too, for comparison. Three more
+arrives alone), reading each process's CPU from /proc around the measured window. `--mode paced`
+first reads each process's idle CPU over the same window (background work: pool feed ticks,
+scrapes) and reports CPU per request above it, with the added p50/p99 of the same run; the peers' rows work in this mode too, for comparison. Three more
 rows exist only here: `floor-raw`, `floor-pool` and `floor-server`, the calibration proxies of
 `bench.floor_proxies` (a lone request's cost below Fleetgate's request logic).
 
